@@ -1,0 +1,209 @@
+// Command chartcheck decodes every manifest that `helm template` rendered strictly into its
+// Kubernetes API type (an unknown or misspelt field is an error), checks the chart's own
+// invariants (probes use grpc.health.v1, the grace period outlasts the drain, the router is a
+// StatefulSet with stable storage), and writes each daemon's flags (the ConfigMap's flag files
+// plus the container args) to a directory so the caller can run the binaries with
+// --validate-only. It is its own module so the main module's go.sum stays free of Kubernetes.
+//
+// Usage: chartcheck -manifests rendered.yaml -flags-dir DIR
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func main() {
+	manifests := flag.String("manifests", "", "rendered manifests (multi-document YAML)")
+	flagsDir := flag.String("flags-dir", "", "directory to write node.args and router.args into")
+	flag.Parse()
+	if err := run(*manifests, *flagsDir); err != nil {
+		fmt.Fprintln(os.Stderr, "chartcheck:", err)
+		os.Exit(1)
+	}
+}
+
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+}
+
+func run(path, flagsDir string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var (
+		configMaps   []corev1.ConfigMap
+		statefulSets []appsv1.StatefulSet
+		daemonSets   []appsv1.DaemonSet
+		kinds        = map[string]int{}
+	)
+	for i, doc := range splitDocs(raw) {
+		var h header
+		if err := yaml.Unmarshal(doc, &h); err != nil {
+			return fmt.Errorf("document %d: %w", i, err)
+		}
+		where := fmt.Sprintf("%s %q", h.Kind, h.Metadata.Name)
+		kinds[h.Kind]++
+		switch h.Kind {
+		case "ConfigMap":
+			var o corev1.ConfigMap
+			err = yaml.UnmarshalStrict(doc, &o)
+			configMaps = append(configMaps, o)
+		case "Secret":
+			err = yaml.UnmarshalStrict(doc, &corev1.Secret{})
+		case "Service":
+			err = yaml.UnmarshalStrict(doc, &corev1.Service{})
+		case "ServiceAccount":
+			err = yaml.UnmarshalStrict(doc, &corev1.ServiceAccount{})
+		case "StatefulSet":
+			var o appsv1.StatefulSet
+			err = yaml.UnmarshalStrict(doc, &o)
+			statefulSets = append(statefulSets, o)
+		case "DaemonSet":
+			var o appsv1.DaemonSet
+			err = yaml.UnmarshalStrict(doc, &o)
+			daemonSets = append(daemonSets, o)
+		case "PodDisruptionBudget":
+			err = yaml.UnmarshalStrict(doc, &policyv1.PodDisruptionBudget{})
+		case "ServiceMonitor":
+			err = checkServiceMonitor(doc)
+		default:
+			err = errors.New("unexpected kind (add it to chartcheck)")
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	if len(statefulSets) != 1 || len(configMaps) != 1 {
+		return fmt.Errorf("want one router StatefulSet and one ConfigMap, got %d and %d", len(statefulSets), len(configMaps))
+	}
+	flagFiles := configMaps[0].Data
+	router := statefulSets[0]
+	if len(router.Spec.VolumeClaimTemplates) == 0 && !hasVolume(router.Spec.Template.Spec, "data") {
+		return errors.New("router StatefulSet has no data volume for Raft")
+	}
+	if err := checkPod("router", router.Spec.Template.Spec, flagFiles, "router.flags", filepath.Join(flagsDir, "router.args")); err != nil {
+		return err
+	}
+	for _, ds := range daemonSets {
+		if err := checkPod("node", ds.Spec.Template.Spec, flagFiles, "node.flags", filepath.Join(flagsDir, "node.args")); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("chartcheck: %d documents decoded strictly (%v)\n", sum(kinds), kinds)
+	return nil
+}
+
+// checkPod verifies one daemon's pod and writes its effective flags (file first, then args, one
+// per line; $(VAR) references replaced by a sample value) for the validate-only run.
+func checkPod(role string, spec corev1.PodSpec, flagFiles map[string]string, flagKey, out string) error {
+	if len(spec.Containers) == 0 {
+		return fmt.Errorf("%s: no containers", role)
+	}
+	c := spec.Containers[0]
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.GRPC == nil {
+			return fmt.Errorf("%s: %s probe is not a grpc.health.v1 probe", role, name)
+		}
+	}
+	drain, err := drainTimeout(flagFiles[flagKey])
+	if err != nil {
+		return fmt.Errorf("%s: %w", role, err)
+	}
+	if spec.TerminationGracePeriodSeconds == nil || time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second <= drain {
+		return fmt.Errorf("%s: terminationGracePeriodSeconds must exceed the drain timeout %s", role, drain)
+	}
+	// Subcommands (positional args) first, then the file's flags, then the pod's own flags.
+	var positional, flags []string
+	for _, a := range c.Args {
+		switch {
+		case strings.HasPrefix(a, "--config="):
+		case !strings.HasPrefix(a, "-"):
+			positional = append(positional, a)
+		default:
+			flags = append(flags, strings.NewReplacer("$(POD_NAME)", "pod-0", "$(NODE_NAME)", "gpu-node-0").Replace(a))
+		}
+	}
+	lines := append(positional, strings.Split(strings.TrimSpace(flagFiles[flagKey]), "\n")...)
+	lines = append(lines, flags...)
+	if out == "" || out == filepath.Base(out) {
+		return nil
+	}
+	return os.WriteFile(out, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+}
+
+func drainTimeout(flags string) (time.Duration, error) {
+	for _, l := range strings.Split(flags, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "--drain-timeout="); ok {
+			return time.ParseDuration(v)
+		}
+	}
+	return 0, errors.New("no --drain-timeout in the flag file")
+}
+
+func checkServiceMonitor(doc []byte) error {
+	var sm struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       struct {
+			Selector  map[string]any   `json:"selector"`
+			Endpoints []map[string]any `json:"endpoints"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(doc, &sm); err != nil {
+		return err
+	}
+	if sm.APIVersion != "monitoring.coreos.com/v1" || len(sm.Spec.Endpoints) == 0 {
+		return errors.New("ServiceMonitor needs monitoring.coreos.com/v1 and an endpoint")
+	}
+	return nil
+}
+
+func hasVolume(spec corev1.PodSpec, name string) bool {
+	for _, v := range spec.Volumes {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func splitDocs(raw []byte) [][]byte {
+	var docs [][]byte
+	for _, d := range bytes.Split(raw, []byte("\n---")) {
+		trimmed := bytes.TrimSpace(d)
+		if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("---")) {
+			continue
+		}
+		if !bytes.Contains(trimmed, []byte("kind:")) {
+			continue // a document of only comments
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,76 @@
+{{/* Common names and labels. */}}
+{{- define "prefixmesh.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "prefixmesh.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "prefixmesh.labels" -}}
+app.kubernetes.io/name: {{ include "prefixmesh.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "prefixmesh.selector" -}}
+app.kubernetes.io/name: {{ include "prefixmesh.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "prefixmesh.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "prefixmesh.gossipSecret" -}}
+{{- .Values.gossip.existingSecret | default (printf "%s-gossip" (include "prefixmesh.fullname" .)) -}}
+{{- end -}}
+
+{{- define "prefixmesh.tlsSecret" -}}
+{{- .Values.tls.existingSecret | default (printf "%s-tls" (include "prefixmesh.fullname" .)) -}}
+{{- end -}}
+
+{{- define "prefixmesh.serviceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "prefixmesh.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The headless Service every member joins gossip through (DNS returns every ready pod). */}}
+{{- define "prefixmesh.gossipHost" -}}
+{{ include "prefixmesh.fullname" . }}-gossip.{{ .Release.Namespace }}.svc.cluster.local
+{{- end -}}
+
+{{- define "prefixmesh.routerPeers" -}}
+{{ include "prefixmesh.fullname" . }}-router-peers
+{{- end -}}
+
+{{- define "prefixmesh.terminationGrace" -}}
+{{ add .Values.drainTimeoutSeconds .Values.terminationGraceExtraSeconds }}
+{{- end -}}
+
+{{/* Flags shared by both daemons (one per line, read with --config). */}}
+{{- define "prefixmesh.commonFlags" -}}
+--log-level={{ .Values.logLevel }}
+--drain-timeout={{ .Values.drainTimeoutSeconds }}s
+--gossip-listen=:{{ .Values.gossip.port }}
+--join={{ include "prefixmesh.gossipHost" . }}
+{{- if .Values.gossip.insecure }}
+--insecure-gossip
+{{- else }}
+--gossip-key-file=/etc/prefixmesh/gossip/gossip.key
+{{- end }}
+{{- if .Values.tls.enabled }}
+--tls-cert=/etc/prefixmesh/tls/tls.crt
+--tls-key=/etc/prefixmesh/tls/tls.key
+--tls-client-ca=/etc/prefixmesh/tls/ca.crt
+{{- end }}
+{{- end -}}
