@@ -7,5 +7,6 @@
 // confirmed by comparing tokens, eviction is O(k log N) through a heap of evictable leaves, and
 // every tunable is an Options field. The tree also keeps a summary of itself, the set of chained
 // block hashes visible to a walk plus a bounded, sequence-numbered journal of changes, which the
-// node agent gossips to routers. The package does no IO, starts no goroutines and reads no clock.
+// node agent gossips to routers (SummarySince, SummarySnapshot). The package does no IO, starts
+// no goroutines and reads no clock. DESIGN.md in this directory explains the data structures.
 package local

@@ -1,0 +1,90 @@
+package simengine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/local/kvpool"
+)
+
+// Config configures the simulated engine. Flags of `node --engine=sim` map to it one to one.
+type Config struct {
+	// BlockSize is the tokens per KV block: 16, vLLM's default, so cache hits are
+	// block-aligned the way the fleets we route for see them.
+	BlockSize int
+	// KVBlocks is the pool size: 32768 blocks × 16 tokens = 512k tokens, the KV capacity of
+	// one 80 GB GPU serving an 8B model, so the demo sees pressure only when it asks for it.
+	KVBlocks int
+	// Model is the name served on /v1/models and accepted in requests ("Model:adapter" selects
+	// an adapter).
+	Model string
+	// PrefillTokensPerSec is the prompt throughput of the node's one prefill lane: 10k tok/s,
+	// the order of an 8B model on one GPU, so an uncached 4k prompt costs ~0.4 s.
+	PrefillTokensPerSec float64
+	// DecodeTokensPerSec is one sequence's output rate: 50 tok/s, a typical interactive stream.
+	DecodeTokensPerSec float64
+	// MaxConcurrent is how many sequences run (prefill or decode) at once: 64, a common batch
+	// size cap (vLLM max_num_seqs is 128–256 on larger GPUs).
+	MaxConcurrent int
+	// MaxQueue is how many requests may wait for a slot or for KV blocks before the engine
+	// answers 429: 256, four batches, a few seconds of backlog at demo rates.
+	MaxQueue int
+	// Tokenizer names the tokenizer for text prompts (internal/tokenizer): cl100k_base, the
+	// router's default, so both compute the same token ids.
+	Tokenizer string
+	// MaxBodyBytes caps a request body: 4 MiB holds a 128k-token prompt as a JSON id array
+	// (~7 bytes per id) or ~1M characters of text, and keeps one request from exhausting memory.
+	MaxBodyBytes int64
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		BlockSize:           16,
+		KVBlocks:            32768,
+		Model:               "prefixmesh-sim",
+		PrefillTokensPerSec: 10000,
+		DecodeTokensPerSec:  50,
+		MaxConcurrent:       64,
+		MaxQueue:            256,
+		Tokenizer:           tokenizer.CL100kBase,
+		MaxBodyBytes:        4 << 20,
+	}
+}
+
+// ErrConfig is wrapped by every Validate error.
+var ErrConfig = errors.New("invalid simengine config")
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.BlockSize <= 0:
+		return bad("BlockSize %d must be positive", c.BlockSize)
+	case c.KVBlocks <= 0 || c.KVBlocks > kvpool.MaxBlocks:
+		return bad("KVBlocks %d outside 1..%d", c.KVBlocks, kvpool.MaxBlocks)
+	case c.Model == "":
+		return bad("Model is empty")
+	case !(c.PrefillTokensPerSec > 0):
+		return bad("PrefillTokensPerSec %v must be positive", c.PrefillTokensPerSec)
+	case !(c.DecodeTokensPerSec > 0):
+		return bad("DecodeTokensPerSec %v must be positive", c.DecodeTokensPerSec)
+	case c.MaxConcurrent <= 0:
+		return bad("MaxConcurrent %d must be positive", c.MaxConcurrent)
+	case c.MaxQueue < 0:
+		return bad("MaxQueue %d must not be negative", c.MaxQueue)
+	case c.MaxBodyBytes <= 0:
+		return bad("MaxBodyBytes %d must be positive", c.MaxBodyBytes)
+	}
+	if _, err := tokenizer.New(c.Tokenizer); err != nil {
+		return bad("Tokenizer: %v", err)
+	}
+	return nil
+}
+
+func (c Config) costs() kvpool.Costs {
+	return kvpool.Costs{PrefillTokensPerSec: c.PrefillTokensPerSec, DecodeTokensPerSec: c.DecodeTokensPerSec}
+}

@@ -1,0 +1,373 @@
+// Package simengine is the node agent's built-in simulated inference engine (`node
+// --engine=sim`, DESIGN.md §8): an OpenAI-compatible HTTP server that computes nothing but keeps a
+// real KV block pool (local/kvpool) driven by the node's local.RadixTree and charges simulated
+// time. A request is tokenised, admitted into the pool (lookup, reuse of the cached prefix,
+// eviction under pressure, allocation of prompt and output blocks), waits FIFO in a bounded queue
+// when all MaxConcurrent slots or the needed blocks are taken, has its uncached tokens prefilled
+// on the node's single prefill lane (FIFO, at PrefillTokensPerSec, so queued prefill delays later
+// requests as on a real GPU), is inserted into the cache, then decodes max_tokens tokens at
+// DecodeTokensPerSec per sequence (sequences decode in parallel; the first token comes out of
+// prefill) and releases its blocks. The output text is deterministic: words drawn by a PRNG
+// seeded with the prompt's hash. A LoRA adapter is chosen by model "<Model>:<id>" or the field
+// adapter_id (decimal, 0 = base), the adapter id the cache's block hashes are seeded with.
+// Responses report the reused tokens as usage.prompt_tokens_details.cached_tokens and in the
+// X-Prefixmesh-Cached-Tokens header, which is how the router measures its estimates.
+package simengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/local/kvpool"
+)
+
+// Errors of the admission path, mapped to HTTP statuses at the edge (http.go).
+var (
+	errQueueFull = errors.New("request queue is full")
+	errExhausted = errors.New("KV pool exhausted by blocks no running request holds (pinned prefixes)")
+	errClosed    = errors.New("engine is not running")
+)
+
+// Load is the engine's instantaneous load, which the node agent gossips to routers.
+type Load struct {
+	Running             int // sequences admitted and not finished
+	Waiting             int // requests queued for a slot or for blocks
+	FreeBlocks          int // KV blocks with no reference (cached-but-evictable blocks not included)
+	QueuedPrefillTokens int // uncached prompt tokens not yet prefilled, admitted or waiting
+}
+
+// Engine is the simulated engine. Build it with New, serve Handler, call Start before serving
+// and Close to stop.
+type Engine struct {
+	cfg      Config
+	costs    kvpool.Costs
+	tok      tokenizer.Tokenizer
+	cache    *local.RadixTree
+	log      *slog.Logger
+	met      *metrics
+	outVocab []uint32 // single-token words the output is drawn from
+	created  int64    // unix seconds, for /v1/models
+	ids      atomic.Uint64
+
+	mu             sync.Mutex // guards everything below
+	pool           *kvpool.Pool
+	running        int
+	queue          []*waiter // FIFO of requests waiting for a slot and blocks
+	laneFree       time.Time // when the prefill lane finishes its reserved work
+	pendingPrefill int       // Load.QueuedPrefillTokens
+	started        bool
+	closed         bool
+	ctx            context.Context // the engine's lifetime, set by Start
+	cancel         context.CancelFunc
+	inflight       sync.WaitGroup // generation requests; Add under mu while !closed
+}
+
+// waiter is a queued request; ready is closed once tk or err is set.
+type waiter struct {
+	tokens  []uint32
+	adapter uint64
+	out     int
+	est     int // its share of pendingPrefill while queued: prompt − peeked cached tokens
+	ready   chan struct{}
+	tk      *ticket
+	err     error
+}
+
+// ticket is an admitted request: its sequence and its slot on the prefill lane.
+type ticket struct {
+	seq          *kvpool.Seq
+	uncached     int
+	prefillStart time.Time
+	prefillEnd   time.Time
+	prefilled    bool // guarded by Engine.mu
+}
+
+// New builds an engine over cache, which must be the node's tree and must not be evicted from or
+// inserted into by anyone else (the pool applies the block references those calls return). The
+// metrics are registered on reg when it is not nil.
+func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheus.Registry) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cache == nil {
+		return nil, fmt.Errorf("%w: nil cache", ErrConfig)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	tok, err := tokenizer.New(cfg.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("simengine: %w", err)
+	}
+	pool, err := kvpool.New(cache, cfg.KVBlocks, cfg.BlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("simengine: %w", err)
+	}
+	e := &Engine{
+		cfg:      cfg,
+		costs:    cfg.costs(),
+		tok:      tok,
+		cache:    cache,
+		log:      logger,
+		outVocab: outputVocab(tok),
+		created:  time.Now().Unix(),
+		pool:     pool,
+	}
+	if e.met, err = newMetrics(e, reg); err != nil {
+		return nil, fmt.Errorf("simengine: register metrics: %w", err)
+	}
+	return e, nil
+}
+
+// Start lets the engine serve; requests before Start or after Close get 503. Cancelling ctx
+// aborts every request in flight. Start does not block and starts no goroutine.
+func (e *Engine) Start(ctx context.Context) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started || e.closed {
+		return
+	}
+	e.started = true
+	e.ctx, e.cancel = context.WithCancel(ctx)
+	e.log.Info("simulated engine started", "model", e.cfg.Model, "kv_blocks", e.cfg.KVBlocks,
+		"block_size", e.cfg.BlockSize, "tokenizer", e.cfg.Tokenizer)
+}
+
+// Close aborts the requests in flight, waits until each has released its blocks and stops
+// serving. Every wait in a request watches the engine's context, so Close returns promptly.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	if e.cancel != nil {
+		e.cancel()
+	}
+	e.mu.Unlock()
+	e.inflight.Wait()
+}
+
+// Load returns the current load.
+func (e *Engine) Load() Load {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Load{
+		Running:             e.running,
+		Waiting:             len(e.queue),
+		FreeBlocks:          e.pool.Stats().Free,
+		QueuedPrefillTokens: e.pendingPrefill,
+	}
+}
+
+// PoolStats returns the KV pool's counters.
+func (e *Engine) PoolStats() kvpool.Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pool.Stats()
+}
+
+// begin registers a generation request; it fails once the engine is closed or not started.
+func (e *Engine) begin() (context.Context, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started || e.closed || e.ctx.Err() != nil {
+		return nil, errClosed
+	}
+	e.inflight.Add(1)
+	return e.ctx, nil
+}
+
+// acquire admits the request into the pool, waiting in the queue if a slot or blocks are not
+// available now. The returned ticket must be given back with release.
+func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, out int) (*ticket, error) {
+	e.mu.Lock()
+	if !e.pool.Fits(len(tokens), out) {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d prompt + %d output tokens need %d blocks of %d, the pool has %d",
+			kvpool.ErrTooLarge, len(tokens), out, e.pool.BlocksFor(len(tokens), out), e.cfg.BlockSize, e.cfg.KVBlocks)
+	}
+	if len(e.queue) == 0 && e.running < e.cfg.MaxConcurrent {
+		tk, err := e.admitLocked(tokens, adapter, out)
+		if err == nil || !errors.Is(err, kvpool.ErrPoolBusy) || e.running == 0 {
+			e.mu.Unlock()
+			if errors.Is(err, kvpool.ErrPoolBusy) {
+				err = errExhausted
+			}
+			return tk, err
+		}
+	}
+	if len(e.queue) >= e.cfg.MaxQueue {
+		e.mu.Unlock()
+		return nil, errQueueFull
+	}
+	w := &waiter{tokens: tokens, adapter: adapter, out: out, ready: make(chan struct{})}
+	w.est = len(tokens) - e.cache.PeekMatchedTokens(tokens, e.cfg.BlockSize, adapter)
+	e.pendingPrefill += w.est
+	e.queue = append(e.queue, w)
+	e.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return w.tk, w.err
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	select {
+	case <-w.ready: // granted while we were giving up: hand it back
+		e.mu.Unlock()
+		if w.tk != nil {
+			e.release(w.tk)
+		}
+	default:
+		for i, q := range e.queue {
+			if q == w {
+				e.queue = append(e.queue[:i], e.queue[i+1:]...)
+				break
+			}
+		}
+		e.pendingPrefill -= w.est
+		e.dispatchLocked() // the head may have left: the next one may fit
+		e.mu.Unlock()
+	}
+	return nil, ctx.Err()
+}
+
+// admitLocked admits into the pool and reserves the prefill lane.
+func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket, error) {
+	seq, err := e.pool.Admit(tokens, adapter, out)
+	if err != nil {
+		return nil, err
+	}
+	e.running++
+	tk := &ticket{seq: seq, uncached: len(tokens) - seq.MatchedTokens()}
+	// One prefill lane, FIFO: a request's prefill starts when the lane is free. A request that
+	// is cancelled before its prefill gives its time back only if it was the last reservation
+	// (simple; slightly pessimistic when requests behind it are already scheduled).
+	tk.prefillStart = time.Now()
+	if e.laneFree.After(tk.prefillStart) {
+		tk.prefillStart = e.laneFree
+	}
+	tk.prefillEnd = tk.prefillStart.Add(e.costs.PrefillTime(tk.uncached))
+	e.laneFree = tk.prefillEnd
+	e.pendingPrefill += tk.uncached
+	e.met.promptTokens.Add(float64(len(tokens)))
+	e.met.cachedTokens.Add(float64(seq.MatchedTokens()))
+	e.met.prefillTokens.Add(float64(tk.uncached))
+	return tk, nil
+}
+
+// dispatchLocked admits queued requests in order while slots and blocks allow. The head waits
+// for blocks while anything runs (running sequences will free theirs); with nothing running it
+// can never fit, so it fails rather than blocking the queue forever.
+func (e *Engine) dispatchLocked() {
+	for len(e.queue) > 0 && e.running < e.cfg.MaxConcurrent {
+		w := e.queue[0]
+		tk, err := e.admitLocked(w.tokens, w.adapter, w.out)
+		if errors.Is(err, kvpool.ErrPoolBusy) {
+			if e.running > 0 {
+				return
+			}
+			err = errExhausted
+		}
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		e.pendingPrefill -= w.est
+		w.tk, w.err = tk, err
+		close(w.ready)
+	}
+}
+
+// prefilled marks the end of the prefill: the prompt's blocks go into the cache.
+func (e *Engine) prefilled(tk *ticket) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if tk.prefilled {
+		return
+	}
+	tk.prefilled = true
+	e.pendingPrefill -= tk.uncached
+	if err := tk.seq.Insert(); err != nil {
+		e.log.Error("kv pool insert", "err", err) // unreachable: a ticket is inserted once
+	}
+}
+
+// release finishes the sequence, returns its blocks and lets the queue move.
+func (e *Engine) release(tk *ticket) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !tk.prefilled {
+		tk.prefilled = true
+		e.pendingPrefill -= tk.uncached
+		if e.laneFree.Equal(tk.prefillEnd) {
+			e.laneFree = tk.prefillStart
+		}
+	}
+	if err := tk.seq.Finish(); err != nil {
+		e.log.Error("kv pool finish", "err", err) // unreachable: a ticket is released once
+	}
+	e.running--
+	e.dispatchLocked()
+}
+
+// outputTokens is the deterministic completion of a prompt: n tokens drawn from outVocab by a
+// PRNG seeded with the prompt's hash (under its adapter's seed).
+func (e *Engine) outputTokens(tokens []uint32, adapter uint64, n int) []uint32 {
+	seed := local.ChainHash(local.AdapterSeed(adapter), tokens)
+	rng := rand.New(rand.NewPCG(seed, 0x70726566))
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = e.outVocab[rng.IntN(len(e.outVocab))]
+	}
+	return out
+}
+
+// outputWords are candidate output tokens; those the tokenizer encodes as one token that decodes
+// back to the word are used, so every output token decodes to a whole, valid word.
+var outputWords = []string{" the", " prefix", " cache", " block", " token", " node", " router",
+	" of", " and", " to", " in", " is", " a", " fast", " warm", " cold", " hit", " miss", ".", ","}
+
+func outputVocab(tok tokenizer.Tokenizer) []uint32 {
+	var v []uint32
+	for _, w := range outputWords {
+		if ids := tok.Encode(w); len(ids) == 1 && tok.Decode(ids) == w {
+			v = append(v, ids[0])
+		}
+	}
+	if len(v) < 8 { // a byte-level tokenizer: use letters and spaces
+		v = v[:0]
+		for _, w := range "abcdefghijklmnopqrstuvwxyz    " {
+			if ids := tok.Encode(string(w)); len(ids) == 1 {
+				v = append(v, ids[0])
+			}
+		}
+	}
+	return v
+}
+
+// sleepUntil waits until t or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

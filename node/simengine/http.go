@@ -1,0 +1,373 @@
+package simengine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/local/kvpool"
+)
+
+// Handler returns the engine's HTTP API:
+//
+//	POST /v1/completions       prompt: text, token ids, or a one-element array of either
+//	POST /v1/chat/completions  messages rendered by tokenizer.RenderChat
+//	GET  /v1/models
+//	POST /tokenize             {"prompt": text} or {"messages": [...]} → {"tokens", "count"}
+//
+// Generation answers JSON, or SSE with `stream: true` (chunks flushed as produced, then
+// `data: [DONE]`). Errors are OpenAI-shaped: {"error": {"message", "type", "code"}}.
+func (e *Engine) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/completions", e.instrument("completions", e.serveGenerate(false)))
+	mux.Handle("POST /v1/chat/completions", e.instrument("chat_completions", e.serveGenerate(true)))
+	mux.Handle("GET /v1/models", e.instrument("models", http.HandlerFunc(e.serveModels)))
+	mux.Handle("POST /tokenize", e.instrument("tokenize", http.HandlerFunc(e.serveTokenize)))
+	for path, method := range map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST",
+		"/v1/models": "GET", "/tokenize": "POST"} {
+		mux.Handle(path, e.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", method)
+			writeError(w, &badRequest{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+				msg: fmt.Sprintf("%s %s: use %s", r.Method, path, method)})
+		})))
+	}
+	mux.Handle("/", e.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &badRequest{status: http.StatusNotFound, code: "not_found",
+			msg: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
+	})))
+	return mux
+}
+
+// statusWriter records the status code for the requests metric; Unwrap lets
+// http.ResponseController reach the connection's Flush.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (e *Engine) instrument(endpoint string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		code := sw.code
+		if code == 0 {
+			code = 499 // the client went away before anything was written (nginx's convention)
+		}
+		e.met.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+	})
+}
+
+type apiError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func errorBody(status int, code, msg string) apiError {
+	var a apiError
+	a.Error.Message = msg
+	a.Error.Code = &code
+	switch {
+	case status == http.StatusTooManyRequests:
+		a.Error.Type = "rate_limit_error"
+	case status >= 500:
+		a.Error.Type = "server_error"
+	default:
+		a.Error.Type = "invalid_request_error"
+	}
+	return a
+}
+
+// writeError maps an error to its status and writes the OpenAI-shaped body.
+func writeError(w http.ResponseWriter, err error) {
+	status, code := http.StatusInternalServerError, "internal_error"
+	var br *badRequest
+	var mb *http.MaxBytesError
+	switch {
+	case errors.As(err, &br):
+		status, code = br.status, br.code
+	case errors.As(err, &mb):
+		status, code = http.StatusRequestEntityTooLarge, "request_too_large"
+		err = fmt.Errorf("request body exceeds %d bytes", mb.Limit)
+	case errors.Is(err, kvpool.ErrTooLarge):
+		status, code = http.StatusBadRequest, "context_length_exceeded"
+	case errors.Is(err, errQueueFull):
+		status, code = http.StatusTooManyRequests, "queue_full"
+	case errors.Is(err, errExhausted):
+		status, code = http.StatusServiceUnavailable, "kv_pool_exhausted"
+	case errors.Is(err, errClosed), errors.Is(err, context.Canceled):
+		status, code = http.StatusServiceUnavailable, "engine_unavailable"
+	}
+	writeJSON(w, status, errorBody(status, code, err.Error()))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do about it
+}
+
+// readBody reads at most MaxBodyBytes; more is an *http.MaxBytesError (413).
+func (e *Engine) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
+}
+
+func (e *Engine) serveModels(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{e.cfg.Model, "model", e.created, "prefixmesh"}}})
+}
+
+func (e *Engine) serveTokenize(w http.ResponseWriter, r *http.Request) {
+	body, err := e.readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	toks, err := e.parseTokenize(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if toks == nil {
+		toks = []uint32{}
+	}
+	writeJSON(w, http.StatusOK, tokenizeResponse{Tokens: toks, Count: len(toks)})
+}
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+type message struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+type choice struct {
+	Index        int       `json:"index"`
+	Text         *string   `json:"text,omitempty"`    // completions
+	Message      *message  `json:"message,omitempty"` // chat, non-streaming
+	Delta        *message  `json:"delta,omitempty"`   // chat, streaming
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type response struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *usage   `json:"usage,omitempty"`
+}
+
+func (e *Engine) serveGenerate(chat bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrival := time.Now()
+		body, err := e.readBody(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var req *genRequest
+		if chat {
+			req, err = e.parseChat(body)
+		} else {
+			req, err = e.parseCompletion(body)
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		engineCtx, err := e.begin()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer e.inflight.Done()
+		// The request ends when the client goes away or the engine closes.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(engineCtx, cancel)()
+		e.generate(ctx, engineCtx, w, req, arrival)
+	})
+}
+
+// generate runs one admitted request to the end and writes its response.
+func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter, req *genRequest, arrival time.Time) {
+	tk, err := e.acquire(ctx, req.tokens, req.adapter, req.maxTokens)
+	if err != nil {
+		if ctx.Err() != nil && engineCtx.Err() == nil {
+			return // the client left while queued
+		}
+		writeError(w, err)
+		return
+	}
+	defer e.release(tk)
+	cached := tk.seq.MatchedTokens()
+	w.Header().Set(HeaderCachedTokens, strconv.Itoa(cached))
+
+	resp := response{ID: fmt.Sprintf("cmpl-%016x", e.ids.Add(1)), Object: "text_completion",
+		Created: arrival.Unix(), Model: req.model}
+	if req.chat {
+		resp.ID = "chat" + resp.ID
+		resp.Object = "chat.completion"
+	}
+	var sse *sseWriter
+	if req.stream {
+		sse = newSSE(w)
+		if req.chat { // OpenAI's first chat chunk carries the role
+			resp.Object = "chat.completion.chunk"
+			sse.send(resp, choice{Delta: &message{Role: "assistant"}})
+		}
+	}
+
+	if sleepUntil(ctx, tk.prefillEnd) != nil {
+		e.abort(w, sse, engineCtx)
+		return
+	}
+	e.prefilled(tk)
+	out := e.outputTokens(req.tokens, req.adapter, req.maxTokens)
+	var text strings.Builder
+	for i := range out {
+		if i == 0 {
+			e.met.ttft.Observe(time.Since(arrival).Seconds())
+		} else if sleepUntil(ctx, tk.prefillEnd.Add(e.costs.DecodeTime(i))) != nil {
+			e.abort(w, sse, engineCtx)
+			return
+		}
+		piece := e.tok.Decode(out[i : i+1])
+		e.met.outputTokens.Inc()
+		switch {
+		case sse == nil:
+			text.WriteString(piece)
+		case req.chat:
+			sse.send(resp, choice{Delta: &message{Content: piece}})
+		default:
+			sse.send(resp, choice{Text: &piece})
+		}
+	}
+
+	e.log.Debug("request done", "prompt_tokens", len(req.tokens), "cached_tokens", cached,
+		"output_tokens", len(out), "adapter", req.adapter, "elapsed", time.Since(arrival))
+	u := &usage{PromptTokens: len(req.tokens), CompletionTokens: len(out), TotalTokens: len(req.tokens) + len(out)}
+	u.PromptTokensDetails.CachedTokens = cached
+	finish := "length"
+	if sse != nil {
+		last := choice{FinishReason: &finish}
+		if req.chat {
+			last.Delta = &message{}
+		} else {
+			empty := ""
+			last.Text = &empty
+		}
+		sse.send(resp, last)
+		if req.includeUsage {
+			resp.Usage = u
+			sse.send(resp)
+		}
+		sse.done()
+		return
+	}
+	full := text.String()
+	c := choice{FinishReason: &finish}
+	if req.chat {
+		c.Message = &message{Role: "assistant", Content: full}
+	} else {
+		c.Text = &full
+	}
+	resp.Choices = []choice{c}
+	resp.Usage = u
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// abort ends a request cut short: silently if the client left, with 503 (or an SSE error
+// event once streaming) if the engine is closing.
+func (e *Engine) abort(w http.ResponseWriter, sse *sseWriter, engineCtx context.Context) {
+	if engineCtx.Err() == nil {
+		return
+	}
+	if sse != nil {
+		sse.event(errorBody(http.StatusServiceUnavailable, "engine_unavailable", errClosed.Error()))
+		return
+	}
+	writeError(w, errClosed)
+}
+
+// sseWriter writes server-sent events, flushing each one.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func newSSE(w http.ResponseWriter) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // keep proxies from buffering the stream
+	w.WriteHeader(http.StatusOK)
+	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	_ = s.rc.Flush()
+	return s
+}
+
+// send writes resp as a chunk with the given choices (none for the usage chunk).
+func (s *sseWriter) send(resp response, choices ...choice) {
+	if choices == nil {
+		choices = []choice{}
+	}
+	resp.Choices = choices
+	s.event(resp)
+}
+
+func (s *sseWriter) event(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return // our own types always marshal
+	}
+	// Write errors mean the client left; the request context ends the loop.
+	_, _ = fmt.Fprintf(s.w, "data: %s\n\n", b)
+	_ = s.rc.Flush()
+}
+
+func (s *sseWriter) done() {
+	_, _ = io.WriteString(s.w, "data: [DONE]\n\n")
+	_ = s.rc.Flush()
+}
