@@ -104,3 +104,17 @@ func TestAppendBlockHashesDoesNotAllocate(t *testing.T) {
 		t.Fatalf("AppendBlockHashes allocated %.1f times per run", allocs)
 	}
 }
+
+func TestChainHashLargeBlocksStream(t *testing.T) {
+	// Blocks above maxStackChunk take the streaming path; both paths must agree with the reference.
+	for _, bs := range []int{1, maxStackChunk - 1, maxStackChunk, maxStackChunk + 1, 300} {
+		tokens := seq(5, uint32(5+3*bs))
+		got := BlockHashes(tokens, bs, 9)
+		ref := refHash(tokens, bs, 9)
+		for i := range ref {
+			if got[i] != ref[i] {
+				t.Fatalf("bs %d block %d: %#x, reference %#x", bs, i, got[i], ref[i])
+			}
+		}
+	}
+}
