@@ -1,0 +1,285 @@
+package routing
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// IndexConfig bounds the summary index.
+type IndexConfig struct {
+	// MaxPairs bounds the number of (block hash, node) pairs the index holds, and with it the
+	// index's memory (at most MaxPairs distinct hashes, measured ≈ 20–30 bytes each, see
+	// BenchmarkIndexBytesPerPair). When the index is full, further adds are refused and counted
+	// per node: that node's estimate then under-reports (a shorter chain), which only costs a
+	// missed routing opportunity, never a wrong "hit".
+	MaxPairs int
+}
+
+// DefaultMaxPairs is 64 nodes × 128Ki blocks: a node with 80 GB of KV memory at a 16-token block
+// and ~40 KB per block (a 70B-class model with GQA, fp16, tensor-parallel shards summed) holds
+// about 128k blocks, and 64 nodes is a large fleet for one model. At the measured worst case (no
+// sharing between nodes, one map entry per pair, ≈ 30 bytes) the index then stays under ~256 MiB.
+const DefaultMaxPairs = 64 << 17
+
+// DefaultIndexConfig returns the configuration used when none is given.
+func DefaultIndexConfig() IndexConfig { return IndexConfig{MaxPairs: DefaultMaxPairs} }
+
+// Validate reports whether the configuration is usable.
+func (c IndexConfig) Validate() error {
+	if c.MaxPairs <= 0 {
+		return fmt.Errorf("index config: MaxPairs %d must be positive: %w", c.MaxPairs, ErrInvalid)
+	}
+	return nil
+}
+
+// Change is one summary event of a node: Hash became visible (Added) or stopped being visible.
+type Change struct {
+	Hash  uint64
+	Added bool
+}
+
+// IndexStats is a point-in-time view of the index's size and counters.
+type IndexStats struct {
+	Nodes          int    // nodes with a snapshot
+	DistinctHashes int    // map entries: the distinct hashes with ≤ 64 nodes, an upper bound beyond
+	Pairs          int    // (hash, node) pairs
+	MaxPairs       int    // the configured bound
+	RefusedAdds    uint64 // adds refused because the index was full, since creation
+	ApproxBytes    int64  // estimated heap held by the hash maps (see approxBytesPerEntry)
+}
+
+// NodeIndexStats is the per-node part of IndexStats.
+type NodeIndexStats struct {
+	Epoch, Seq  uint64
+	Blocks      int    // hashes the index holds for the node
+	RefusedAdds uint64 // adds refused for this node since its last snapshot
+}
+
+// approxBytesPerEntry is the measured heap cost of one map[uint64]uint64 entry in a Go swiss-table
+// map (16 bytes of slot and 1 control byte at a load factor between 7/16 and 7/8; 32 measured at 64 × 100k).
+// BenchmarkIndexBytesPerPair measures the real figure; this constant only feeds Stats.
+const approxBytesPerEntry = 32
+
+// nodeEntry is what the index knows about one node, by slot.
+type nodeEntry struct {
+	id      string
+	epoch   uint64
+	seq     uint64
+	blocks  int
+	refused uint64
+}
+
+// Index maps canonical block hashes to the nodes whose summaries contain them. Nodes are numbered
+// by slot and a set of nodes is a bitset: words[g][h] has bit s%64 set when the node in slot
+// g*64+s%64 holds h. With up to 64 nodes that is one map[uint64]uint64 entry per distinct hash,
+// however many nodes share it. It is safe for concurrent use: many Estimates run in parallel,
+// writers (ApplyDelta, ReplaceNode, RemoveNode) take the lock exclusively.
+type Index struct {
+	maxPairs int
+
+	mu      sync.RWMutex // guards everything below
+	slots   slotTable
+	nodes   []nodeEntry         // by slot
+	words   []map[uint64]uint64 // by 64-slot group: hash → bitmask of slots in the group
+	pairs   int
+	refused uint64
+
+	scratch sync.Pool // *estimateScratch, see estimate.go
+}
+
+// NewIndex returns an empty index. A non-positive MaxPairs is replaced by DefaultMaxPairs.
+func NewIndex(cfg IndexConfig) *Index {
+	if cfg.MaxPairs <= 0 {
+		cfg.MaxPairs = DefaultMaxPairs
+	}
+	return &Index{maxPairs: cfg.MaxPairs, slots: newSlotTable()}
+}
+
+// ApplyDelta applies a node's summary changes (fromSeq, toSeq], in order. It returns
+// ErrUnknownNode when the node has no snapshot, ErrEpoch when epoch differs from the node's known
+// epoch, and ErrGap when fromSeq is after the known sequence number; in each case nothing changes
+// and the caller must ReplaceNode with a full summary. A delta with toSeq <= the known sequence is
+// a harmless duplicate: nil, nothing changes.
+//
+// A delta that overlaps what is known (fromSeq < known seq < toSeq) is applied whole. That is
+// exact: the summary is a set and each event sets or clears one member, so after replaying a
+// suffix of the history that contains every event since the known sequence, each hash has the
+// value of its last event — the same as applying only the new part. Events are applied in order,
+// so an add and a remove of the same hash in one delta end as the later one says.
+func (x *Index) ApplyDelta(node string, epoch, fromSeq, toSeq uint64, events []Change) error {
+	if toSeq < fromSeq {
+		return fmt.Errorf("apply delta %q (%d, %d]: %w", node, fromSeq, toSeq, ErrInvalid)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	slot, ok := x.slots.lookup(node)
+	if !ok {
+		return fmt.Errorf("apply delta %q: %w", node, ErrUnknownNode)
+	}
+	n := &x.nodes[slot]
+	if n.epoch != epoch {
+		return fmt.Errorf("apply delta %q: epoch %d, known %d: %w", node, epoch, n.epoch, ErrEpoch)
+	}
+	if toSeq <= n.seq {
+		return nil
+	}
+	if fromSeq > n.seq {
+		return fmt.Errorf("apply delta %q: from %d, known %d: %w", node, fromSeq, n.seq, ErrGap)
+	}
+	for _, e := range events {
+		if e.Added {
+			x.add(slot, e.Hash)
+		} else {
+			x.remove(slot, e.Hash)
+		}
+	}
+	n.seq = toSeq
+	return nil
+}
+
+// ReplaceNode installs a full snapshot of node's summary at (epoch, seq), dropping everything
+// known about the node first.
+func (x *Index) ReplaceNode(node string, epoch, seq uint64, hashes []uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	slot, created := x.slots.acquire(node)
+	if created {
+		for int(slot) >= len(x.nodes) {
+			x.nodes = append(x.nodes, nodeEntry{})
+		}
+		for len(x.words) < x.slots.words() {
+			x.words = append(x.words, make(map[uint64]uint64))
+		}
+	} else {
+		x.clearSlot(slot)
+	}
+	x.nodes[slot] = nodeEntry{id: node, epoch: epoch, seq: seq}
+	for _, h := range hashes {
+		x.add(slot, h)
+	}
+}
+
+// RemoveNode forgets node entirely (it left the cluster).
+func (x *Index) RemoveNode(node string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	slot, ok := x.slots.lookup(node)
+	if !ok {
+		return
+	}
+	x.clearSlot(slot)
+	x.nodes[slot] = nodeEntry{}
+	x.slots.release(node)
+	x.nodes = x.nodes[:len(x.slots.ids)]
+	x.words = x.words[:x.slots.words()]
+}
+
+// NodeState returns the epoch and sequence number the index holds for node and how many hashes.
+func (x *Index) NodeState(node string) (epoch, seq uint64, blocks int, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	slot, ok := x.slots.lookup(node)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	n := &x.nodes[slot]
+	return n.epoch, n.seq, n.blocks, true
+}
+
+// NodeStats returns NodeState plus the node's refused-add counter.
+func (x *Index) NodeStats(node string) (NodeIndexStats, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	slot, ok := x.slots.lookup(node)
+	if !ok {
+		return NodeIndexStats{}, false
+	}
+	n := &x.nodes[slot]
+	return NodeIndexStats{Epoch: n.epoch, Seq: n.seq, Blocks: n.blocks, RefusedAdds: n.refused}, true
+}
+
+// Nodes returns the ids of the nodes with a snapshot, sorted.
+func (x *Index) Nodes() []string {
+	x.mu.RLock()
+	out := make([]string, 0, len(x.slots.byID))
+	for id := range x.slots.byID {
+		out = append(out, id)
+	}
+	x.mu.RUnlock()
+	sort.Strings(out)
+	return out
+}
+
+// Stats returns the index's size and counters.
+func (x *Index) Stats() IndexStats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	st := IndexStats{Nodes: len(x.slots.byID), Pairs: x.pairs, MaxPairs: x.maxPairs, RefusedAdds: x.refused}
+	entries := 0
+	for _, m := range x.words {
+		entries += len(m)
+	}
+	st.DistinctHashes = entries
+	st.ApproxBytes = int64(entries)*approxBytesPerEntry + int64(len(x.nodes))*64
+	return st
+}
+
+// add sets slot's bit for h, refusing (and counting) when the index is full. Callers hold mu.
+func (x *Index) add(slot int32, h uint64) {
+	m := x.words[slot>>6]
+	bit := uint64(1) << (uint(slot) & 63)
+	w := m[h]
+	if w&bit != 0 {
+		return
+	}
+	if x.pairs >= x.maxPairs {
+		x.refused++
+		x.nodes[slot].refused++
+		return
+	}
+	m[h] = w | bit
+	x.pairs++
+	x.nodes[slot].blocks++
+}
+
+// remove clears slot's bit for h. Callers hold mu.
+func (x *Index) remove(slot int32, h uint64) {
+	m := x.words[slot>>6]
+	bit := uint64(1) << (uint(slot) & 63)
+	w, ok := m[h]
+	if !ok || w&bit == 0 {
+		return
+	}
+	if w &^= bit; w == 0 {
+		delete(m, h)
+	} else {
+		m[h] = w
+	}
+	x.pairs--
+	x.nodes[slot].blocks--
+}
+
+// clearSlot drops every hash of slot. It scans the slot's word group — O(distinct hashes in the
+// group) — instead of keeping a per-node list of hashes, which would double the memory per pair;
+// snapshots and departures are rare next to deltas and estimates. Callers hold mu.
+func (x *Index) clearSlot(slot int32) {
+	n := &x.nodes[slot]
+	if n.blocks == 0 {
+		return
+	}
+	m := x.words[slot>>6]
+	bit := uint64(1) << (uint(slot) & 63)
+	for h, w := range m {
+		if w&bit == 0 {
+			continue
+		}
+		if w &^= bit; w == 0 {
+			delete(m, h)
+		} else {
+			m[h] = w
+		}
+	}
+	x.pairs -= n.blocks
+	n.blocks = 0
+}

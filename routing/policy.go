@@ -1,0 +1,297 @@
+package routing
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// NodeInfo is the router's view of one candidate node at decision time.
+type NodeInfo struct {
+	ID       string
+	Alive    bool
+	Draining bool
+	Model    string
+	// PrefillTokensPerSec is the node's uncached prefill throughput; 0 means unknown
+	// (PolicyConfig.DefaultPrefillTokensPerSec is used).
+	PrefillTokensPerSec float64
+	// QueuedPrefillTokens, Running, Waiting and FreeBlocks are node-reported, LoadAge old.
+	QueuedPrefillTokens int
+	Running, Waiting    int
+	FreeBlocks          int
+	CapacityBlocks      int
+	LoadAge             time.Duration
+	// InFlight is the number of this router's own requests to the node not yet completed.
+	InFlight int
+	// InFlightTokens is the total prompt tokens of this router's own in-flight requests to the
+	// node (until they complete): the KV footprint Dynamo's router tracks as "active blocks".
+	// 0 when the caller does not track it.
+	InFlightTokens int
+	// InFlightPrefillTokens is the uncached prefill work (prompt − estimated matched tokens) of
+	// this router's own requests to the node that have not produced a first token yet. It is
+	// fresh where QueuedPrefillTokens is LoadAge old, so the cost model takes the larger of the
+	// two. 0 when the caller does not track it.
+	InFlightPrefillTokens int
+	BlockSize             int
+}
+
+// Request is what a policy knows about the request being routed.
+type Request struct {
+	Hashes       []uint64 // canonical block hashes of the prompt (local.AppendBlockHashes)
+	PromptTokens int
+	AdapterID    uint64
+	Model        string
+	SessionKey   uint64 // 0 = none
+	BlockSize    int
+}
+
+// Candidate is one node's line in a decision.
+type Candidate struct {
+	Node          int // index into the nodes slice
+	MatchedTokens int
+	// Score is the policy's cost for the node, lower is better (prefixmesh: expected TTFT in
+	// seconds); +Inf for nodes a guard excluded.
+	Score float64
+	// Load is the node's load as the policy saw it (see Load).
+	Load float64
+}
+
+// Decision is a policy's answer. Candidates is reused across calls when the caller reuses the
+// Decision, so steady-state choices do not allocate.
+type Decision struct {
+	Node          int // index into the nodes slice
+	MatchedTokens int
+	Reason        string
+	Candidates    []Candidate
+}
+
+// Policy chooses a node for a request. nodes are the eligible candidates (see Eligible);
+// matchedTokens[i] is the estimated number of prompt tokens nodes[i] already caches (callers take
+// max(index, overlay) × block size). Implementations are safe for concurrent use.
+type Policy interface {
+	Name() string
+	Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error
+}
+
+// Reasons reported in Decision.Reason.
+const (
+	ReasonMinTTFT       = "min-ttft"
+	ReasonSession       = "session-affinity"
+	ReasonRoundRobin    = "round-robin"
+	ReasonLeastLoaded   = "least-loaded"
+	ReasonCHWBL         = "chwbl"
+	ReasonLongestPrefix = "longest-prefix"
+	ReasonSGLangCache   = "sglang-cache-hit"
+	ReasonSGLangBalance = "sglang-imbalanced"
+	ReasonSGLangLowHit  = "sglang-low-match"
+	ReasonDynamoCost    = "dynamo-cost"
+	ReasonOnlyCandidate = "only-candidate"
+)
+
+// Policy names, in the order PolicyNames returns them.
+const (
+	PolicyPrefixMesh    = "prefixmesh"
+	PolicyRoundRobin    = "round-robin"
+	PolicyLeastLoaded   = "least-loaded"
+	PolicyCHWBL         = "chwbl"
+	PolicyLongestPrefix = "longest-prefix"
+	PolicySGLangGate    = "sglang-gate"
+	PolicyDynamoCost    = "dynamo-cost"
+)
+
+// PolicyNames returns the names NewPolicy accepts; the first is the default.
+func PolicyNames() []string {
+	return []string{PolicyPrefixMesh, PolicyRoundRobin, PolicyLeastLoaded, PolicyCHWBL,
+		PolicyLongestPrefix, PolicySGLangGate, PolicyDynamoCost}
+}
+
+// PolicyConfig holds every policy tunable. Fields a policy does not use are ignored by it.
+type PolicyConfig struct {
+	// LoadFactor is c of the bounded-load guard: no node may exceed ceil(c × mean load) after the
+	// request is placed. 1.25 is the value Mirrokni et al. (2016) and the Vimeo/HAProxy
+	// deployments of CHWBL use: a 25% margin over perfect balance keeps the expected number of
+	// probes small while bounding the hottest node.
+	LoadFactor float64
+	// MinLoadBound raises the guard's per-node capacity to at least this many requests, so the
+	// guard holds every node within max(c × mean + 1, MinLoadBound). At low load ceil(c × mean)
+	// is 1–3 and, since load counts requests that are only decoding, the pure guard spreads a
+	// prefix's requests over the fleet exactly when queues are short and locality is free: on
+	// the Mooncake trace (8 nodes, mean in-flight ≈ 2, see POLICIES.md) the pure guard cut the hit
+	// ratio from 98% to 65% of a pooled LRU and raised mean TTFT by a fifth. 8 keeps the guard
+	// out of the way until a node has 8 requests in flight — far below an engine's batch limit
+	// (vLLM's max_num_seqs is 256) — and beyond that it is the pure guard. 0 is the pure guard.
+	MinLoadBound int
+	// MissPenalty weighs the request's uncached prefill tokens again in prefixmesh's cost,
+	// (queued + (1 + MissPenalty) × uncached) / rate. Pure expected TTFT (0) is myopic:
+	// recomputing a prefix cached elsewhere delays every later request queued behind that work
+	// and, by duplicating the prefix, evicts other prefixes, so later requests miss. On the
+	// Mooncake trace a sweep over 0, 1, 3, 5, 10, 30 moved the hit ratio from 79% to 98.6% of a
+	// pooled LRU with mean TTFT best between 3 and 10 and p99 within 6%; 10 is the smallest value
+	// that keeps the hit ratio above 97% of pooled with margin. A node's queue still wins over
+	// the cache once it exceeds 11 × the tokens the cache saves.
+	MissPenalty float64
+	// LoadAgeHalfLife discounts node-reported load by its age: a report this old counts half.
+	// Nodes refresh load every 200 ms while it changes (DESIGN.md §5), so 1 s means "five missed
+	// refreshes halve the weight"; the router's own in-flight count is never discounted.
+	LoadAgeHalfLife time.Duration
+	// DefaultPrefillTokensPerSec is used for nodes that have not reported a prefill rate. 10,000
+	// tokens/s is the order of a 7–13B model on one H100-class GPU; with homogeneous nodes only
+	// ratios matter, so the exact value changes scores, not choices.
+	DefaultPrefillTokensPerSec float64
+	// SGLangBalanceAbs, SGLangBalanceRel and SGLangCacheThreshold are sgl-router's
+	// balance_abs_threshold, balance_rel_threshold and cache_threshold (defaults of the
+	// sgl-router README at the time of writing: 64, 1.5 and 0.3).
+	SGLangBalanceAbs     int
+	SGLangBalanceRel     float64
+	SGLangCacheThreshold float64
+	// DynamoOverlapWeight is Dynamo's kv-overlap-score-weight (default 1): the weight of prefill
+	// blocks against decode blocks in the cost.
+	DynamoOverlapWeight float64
+}
+
+// DefaultPolicyConfig returns the defaults documented on each field.
+func DefaultPolicyConfig() PolicyConfig {
+	return PolicyConfig{
+		LoadFactor:                 1.25,
+		MinLoadBound:               8,
+		MissPenalty:                10,
+		LoadAgeHalfLife:            time.Second,
+		DefaultPrefillTokensPerSec: 10000,
+		SGLangBalanceAbs:           64,
+		SGLangBalanceRel:           1.5,
+		SGLangCacheThreshold:       0.3,
+		DynamoOverlapWeight:        1,
+	}
+}
+
+// Validate reports whether the configuration is usable.
+func (c PolicyConfig) Validate() error {
+	switch {
+	case !(c.LoadFactor >= 1):
+		return fmt.Errorf("policy config: LoadFactor %v must be >= 1: %w", c.LoadFactor, ErrInvalid)
+	case c.MinLoadBound < 0:
+		return fmt.Errorf("policy config: MinLoadBound %d must be >= 0: %w", c.MinLoadBound, ErrInvalid)
+	case !(c.MissPenalty >= 0):
+		return fmt.Errorf("policy config: MissPenalty %v must be >= 0: %w", c.MissPenalty, ErrInvalid)
+	case c.LoadAgeHalfLife <= 0:
+		return fmt.Errorf("policy config: LoadAgeHalfLife %v must be positive: %w", c.LoadAgeHalfLife, ErrInvalid)
+	case !(c.DefaultPrefillTokensPerSec > 0):
+		return fmt.Errorf("policy config: DefaultPrefillTokensPerSec %v must be positive: %w", c.DefaultPrefillTokensPerSec, ErrInvalid)
+	case c.SGLangBalanceAbs < 0 || !(c.SGLangBalanceRel >= 1):
+		return fmt.Errorf("policy config: SGLang balance thresholds (%d, %v): %w", c.SGLangBalanceAbs, c.SGLangBalanceRel, ErrInvalid)
+	case !(c.SGLangCacheThreshold >= 0 && c.SGLangCacheThreshold <= 1):
+		return fmt.Errorf("policy config: SGLangCacheThreshold %v must be in [0,1]: %w", c.SGLangCacheThreshold, ErrInvalid)
+	case !(c.DynamoOverlapWeight >= 0):
+		return fmt.Errorf("policy config: DynamoOverlapWeight %v must be >= 0: %w", c.DynamoOverlapWeight, ErrInvalid)
+	}
+	return nil
+}
+
+// NewPolicy returns the named policy (one of PolicyNames) with cfg.
+func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	switch name {
+	case PolicyPrefixMesh, "":
+		return &prefixMesh{cfg: cfg}, nil
+	case PolicyRoundRobin:
+		return &roundRobin{cfg: cfg}, nil
+	case PolicyLeastLoaded:
+		return &leastLoaded{cfg: cfg}, nil
+	case PolicyCHWBL:
+		return &chwbl{cfg: cfg}, nil
+	case PolicyLongestPrefix:
+		return &longestPrefix{cfg: cfg}, nil
+	case PolicySGLangGate:
+		return &sglangGate{cfg: cfg}, nil
+	case PolicyDynamoCost:
+		return &dynamoCost{cfg: cfg}, nil
+	}
+	return nil, fmt.Errorf("new policy %q: %w", name, ErrUnknownPolicy)
+}
+
+// Eligible returns the indices of nodes that may serve a request: alive, not draining, serving
+// model (any model when model is ""), and allowed by the adapter's pins (allowed == nil allows
+// all).
+func Eligible(nodes []NodeInfo, model string, allowed func(id string) bool) []int {
+	return AppendEligible(nil, nodes, model, allowed)
+}
+
+// AppendEligible is Eligible appending to dst, for callers that reuse a buffer.
+func AppendEligible(dst []int, nodes []NodeInfo, model string, allowed func(id string) bool) []int {
+	for i := range nodes {
+		n := &nodes[i]
+		if !n.Alive || n.Draining || (model != "" && n.Model != model) {
+			continue
+		}
+		if allowed != nil && !allowed(n.ID) {
+			continue
+		}
+		dst = append(dst, i)
+	}
+	return dst
+}
+
+// checkInput validates the arguments every policy shares and resets d.
+func checkInput(nodes []NodeInfo, matchedTokens []int, d *Decision) error {
+	if len(nodes) == 0 {
+		return ErrNoCandidates
+	}
+	if len(matchedTokens) < len(nodes) || d == nil {
+		return ErrInvalid
+	}
+	d.Node, d.MatchedTokens, d.Reason = -1, 0, ""
+	d.Candidates = d.Candidates[:0]
+	return nil
+}
+
+// finish records the chosen node in d.
+func finish(d *Decision, node int, matchedTokens []int, reason string) {
+	d.Node, d.MatchedTokens, d.Reason = node, matchedTokens[node], reason
+}
+
+// Load is the number of requests the router believes are on node n: its own in-flight count, fresh,
+// plus the node-reported running and waiting sequences beyond that count (other routers' and
+// direct traffic), discounted by the report's age with the given half-life. A single router with a
+// fresh report sees exactly its in-flight count; the discount keeps a stale burst elsewhere from
+// pinning a node as "busy" for longer than the report deserves.
+func Load(n *NodeInfo, halfLife time.Duration) float64 {
+	own := float64(n.InFlight)
+	extra := float64(n.Running+n.Waiting) - own
+	if extra <= 0 {
+		return own
+	}
+	return own + extra*ageWeight(n.LoadAge, halfLife)
+}
+
+func ageWeight(age, halfLife time.Duration) float64 {
+	if age <= 0 || halfLife <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(age) / float64(halfLife))
+}
+
+// loadBound is the bounded-load capacity for placing one more request on n nodes carrying total
+// load: ceil(c × (total + 1) / n) (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with
+// Bounded Loads", SODA 2018, arXiv:1608.01350, 2016), raised to minBound. A node is within the
+// bound when its load + 1 <= the capacity.
+func loadBound(total float64, n int, c float64, minBound int) float64 {
+	b := math.Ceil(c*(total+1)/float64(n) - 1e-9)
+	return math.Max(b, float64(minBound))
+}
+
+// fillCandidates resets d.Candidates to one line per node with its matched tokens and load, and
+// returns the capacity of the bounded-load guard with factor c and floor minBound.
+func fillCandidates(d *Decision, nodes []NodeInfo, matchedTokens []int, cfg *PolicyConfig, c float64, minBound int) float64 {
+	total := 0.0
+	for i := range nodes {
+		l := Load(&nodes[i], cfg.LoadAgeHalfLife)
+		total += l
+		d.Candidates = append(d.Candidates, Candidate{Node: i, MatchedTokens: matchedTokens[i], Load: l})
+	}
+	return loadBound(total, len(nodes), c, minBound)
+}
+
+// within reports whether a node at load l may take one more request under capacity bound.
+func within(l, bound float64) bool { return l+1 <= bound+1e-9 }

@@ -1,0 +1,107 @@
+package sim
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Result is one policy's outcome on a trace. Durations are in seconds so that the JSON is
+// readable without units.
+type Result struct {
+	Name               string  `json:"name"`
+	HitRatio           float64 `json:"hit_ratio"`   // sum matched tokens / sum prompt tokens
+	TTFTMean           float64 `json:"ttft_mean_s"` // arrival → end of prefill
+	TTFTP50            float64 `json:"ttft_p50_s"`
+	TTFTP99            float64 `json:"ttft_p99_s"`
+	E2EMean            float64 `json:"e2e_mean_s"`           // arrival → last token
+	ImbalancePrefill   float64 `json:"imbalance_prefill"`    // max/mean per-node prefill tokens computed
+	ImbalanceInFlight  float64 `json:"imbalance_inflight"`   // max/mean per-node peak in-flight requests
+	EstimateExactShare float64 `json:"estimate_exact_share"` // estimate for the chosen node == actual match
+	EstimateMAETokens  float64 `json:"estimate_mae_tokens"`  // mean |estimate − actual|
+
+	// Not part of the JSON contract: detail for tables, plots and tests.
+	Served   int       `json:"-"` // requests that produced a first token
+	Rejected int       `json:"-"` // requests no node could ever hold (larger than its pool)
+	TTFTs    []float64 `json:"-"` // sorted ascending, seconds
+}
+
+// Reference is what an unrouted cache would achieve on the same trace.
+type Reference struct {
+	PooledLRUHitRatio float64 `json:"pooled_lru_hit_ratio"` // one cache of nodes×blocks, LRU
+	InfiniteHitRatio  float64 `json:"infinite_hit_ratio"`   // one cache that never evicts
+}
+
+// Percentile returns the nearest-rank p-th percentile (0 < p ≤ 100) of sorted ascending data:
+// the smallest value with at least p% of the data at or below it. Empty data gives 0.
+func Percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// Imbalance returns max/mean of xs, 1 for all-equal, and 0 when every x is zero.
+func Imbalance(xs []float64) float64 {
+	var sum, hi float64
+	for _, x := range xs {
+		sum += x
+		hi = max(hi, x)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return hi / (sum / float64(len(xs)))
+}
+
+// collector accumulates one run's measurements.
+type collector struct {
+	promptTokens, matchedTokens int64
+	ttft, e2e                   []float64
+	estimates, exact            int
+	absErr                      int64
+	rejected                    int
+}
+
+func (c *collector) estimate(est, actual int) {
+	c.estimates++
+	if est == actual {
+		c.exact++
+	}
+	d := est - actual
+	c.absErr += int64(max(d, -d))
+}
+
+func (c *collector) result(name string, prefill, peak []float64) Result {
+	r := Result{Name: name, Served: len(c.ttft), Rejected: c.rejected}
+	if c.promptTokens > 0 {
+		r.HitRatio = float64(c.matchedTokens) / float64(c.promptTokens)
+	}
+	r.TTFTs = slices.Clone(c.ttft)
+	slices.Sort(r.TTFTs)
+	r.TTFTMean = mean(r.TTFTs)
+	r.TTFTP50 = Percentile(r.TTFTs, 50)
+	r.TTFTP99 = Percentile(r.TTFTs, 99)
+	r.E2EMean = mean(c.e2e)
+	r.ImbalancePrefill = Imbalance(prefill)
+	r.ImbalanceInFlight = Imbalance(peak)
+	if c.estimates > 0 {
+		r.EstimateExactShare = float64(c.exact) / float64(c.estimates)
+		r.EstimateMAETokens = float64(c.absErr) / float64(c.estimates)
+	}
+	return r
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
