@@ -100,8 +100,11 @@ func checkStructure(t *RadixTree) error {
 		return fmt.Errorf("hash index has %d entries for %d nodes", t.children.len(), live)
 	}
 	filled := 0
-	for _, c := range t.children.slots {
-		if c != noNode {
+	for _, e := range t.children.slots {
+		if e != emptySlot {
+			if c := slotNode(e); c < 0 || int(c) >= len(t.nodes) || t.nodes[c].hash&0xFFFFFFFF != slotTag(e) {
+				return fmt.Errorf("hash index slot %#x does not match its node", e)
+			}
 			filled++
 		}
 	}
