@@ -20,8 +20,8 @@ const hashIndexMinSlots = 16
 const emptySlot = ^uint64(0)
 
 func packSlot(h uint64, c int32) uint64 { return h<<32 | uint64(uint32(c)) }
-func slotNode(e uint64) int32          { return int32(uint32(e)) }
-func slotTag(e uint64) uint64          { return e >> 32 }
+func slotNode(e uint64) int32           { return int32(uint32(e)) }
+func slotTag(e uint64) uint64           { return e >> 32 }
 
 func (x *hashIndex) len() int { return x.n }
 
