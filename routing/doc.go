@@ -1,16 +1,19 @@
-// Package routing is the router's pure decision logic (DESIGN.md §6): a bounded index from
-// canonical block hash to the set of nodes whose node-local cache holds that block, fed in order by
-// each node's summary deltas and snapshots (epoch and sequence checked, gaps reported); an
-// estimator that walks a request's hash chain once with a shrinking candidate set of per-node
-// bitmasks and returns, for every node, the number of leading blocks it holds — exactly what that
-// node's PeekMatchedTokens would return, divided by its block size; a short-lived in-flight overlay
-// of what the router has just sent where, so a burst on a new prefix lands together before the
-// node's own summary says so; and routing policies over (request, view of the nodes, estimates).
-// The default policy, "prefixmesh", picks the node with the lowest expected time to first token
-// ((queued prefill tokens + prompt tokens − matched tokens) / prefill rate) among the nodes under a
-// bounded-load guard (consistent hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam,
-// 2016), breaking ties by a rendezvous hash of the first block so two replicas with the same view
-// agree. Baselines (round-robin, least-loaded, CHWBL, longest-prefix, an SGLang-style gate and a
-// Dynamo-style cost) sit beside it for the trace simulator in routing/sim. The package does no IO,
-// starts no goroutines and reads the clock only through `now` arguments.
+// Package routing is the router's pure decision logic (DESIGN.md §6). An Index maps canonical
+// block hashes to the set of nodes whose node-local cache holds them — one 16-byte table slot
+// (hash, node bitmask) per distinct hash, bounded in (hash, node) pairs — fed in order by each
+// node's summary deltas and snapshots (epoch and sequence checked, gaps reported). Estimate walks a request's
+// hash chain once with a shrinking candidate bitmask and returns, for every node, the number of
+// leading blocks it holds: exactly that node's PeekMatchedTokens divided by its block size. An
+// Overlay keeps apart what the router itself has just sent where (held while a request waits for
+// its first token, then for a short TTL), so a burst on a new prefix lands together before the
+// node's own summary says so; callers take the per-node max of both. Policies choose a node from
+// (request, view of the candidates, matched tokens, now). The default, "prefixmesh", minimises
+// (queued prefill tokens + (1 + MissPenalty) × uncached prompt tokens) / prefill rate — the
+// expected time to first token, with uncached work weighted for the queueing and cache pollution
+// it causes — among the nodes under a bounded-load guard (consistent hashing with bounded loads,
+// Mirrokni, Thorup and Zadimoghaddam, 2016), breaking ties by a rendezvous hash of the first block
+// so replicas with the same view agree. Baselines (round-robin, least-loaded, CHWBL,
+// longest-prefix, an SGLang-style gate, a Dynamo-style cost) sit beside it for routing/sim; see
+// POLICIES.md. The package does no IO, starts no goroutines and reads the clock only through
+// `now` arguments.
 package routing

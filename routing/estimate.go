@@ -70,7 +70,7 @@ func (x *Index) Estimate(hashes []uint64, nodes []string, matchedBlocks []int) {
 
 // walkChain shrinks the candidate set alive along hashes, recording in drop[slot] the index of the
 // first block a candidate lacks (len(hashes) for those that hold all of them).
-func walkChain(hashes []uint64, words []map[uint64]uint64, alive []uint64, drop []int32, live bool) {
+func walkChain(hashes []uint64, words []*bitTable, alive []uint64, drop []int32, live bool) {
 	for b := 0; live && b < len(hashes); b++ {
 		h := hashes[b]
 		live = false
@@ -78,7 +78,7 @@ func walkChain(hashes []uint64, words []map[uint64]uint64, alive []uint64, drop 
 			if a == 0 {
 				continue
 			}
-			m := words[g][h]
+			m := words[g].get(h)
 			for gone := a &^ m; gone != 0; gone &= gone - 1 {
 				drop[g*64+bits.TrailingZeros64(gone)] = int32(b)
 			}

@@ -9,17 +9,19 @@ import (
 // IndexConfig bounds the summary index.
 type IndexConfig struct {
 	// MaxPairs bounds the number of (block hash, node) pairs the index holds, and with it the
-	// index's memory (at most MaxPairs distinct hashes, measured ≈ 20–30 bytes each, see
-	// BenchmarkIndexBytesPerPair). When the index is full, further adds are refused and counted
-	// per node: that node's estimate then under-reports (a shorter chain), which only costs a
-	// missed routing opportunity, never a wrong "hit".
+	// index's memory: at most MaxPairs distinct hashes, each one 16-byte table slot at a load
+	// factor between 7/16 and 7/8, so ≤ 37 bytes per pair with no sharing at all and 21 measured
+	// at 64 nodes × 100k blocks with realistic sharing (BenchmarkIndexBytesPerPair). When the
+	// index is full, further adds are refused and counted per node: that node's estimate then
+	// under-reports (a shorter chain), which only costs a missed routing opportunity, never a
+	// wrong "hit".
 	MaxPairs int
 }
 
 // DefaultMaxPairs is 64 nodes × 128Ki blocks: a node with 80 GB of KV memory at a 16-token block
 // and ~40 KB per block (a 70B-class model with GQA, fp16, tensor-parallel shards summed) holds
-// about 128k blocks, and 64 nodes is a large fleet for one model. At the measured worst case (no
-// sharing between nodes, one map entry per pair, ≈ 30 bytes) the index then stays under ~256 MiB.
+// about 128k blocks, and 64 nodes is a large fleet for one model. In the worst case (no sharing
+// between nodes, ≤ 37 bytes per pair) the index then stays under 320 MiB, ~170 MiB typically.
 const DefaultMaxPairs = 64 << 17
 
 // DefaultIndexConfig returns the configuration used when none is given.
@@ -46,7 +48,7 @@ type IndexStats struct {
 	Pairs          int    // (hash, node) pairs
 	MaxPairs       int    // the configured bound
 	RefusedAdds    uint64 // adds refused because the index was full, since creation
-	ApproxBytes    int64  // estimated heap held by the hash maps (see approxBytesPerEntry)
+	ApproxBytes    int64  // heap held by the hash tables (bitTable slots) and node entries
 }
 
 // NodeIndexStats is the per-node part of IndexStats.
@@ -55,11 +57,6 @@ type NodeIndexStats struct {
 	Blocks      int    // hashes the index holds for the node
 	RefusedAdds uint64 // adds refused for this node since its last snapshot
 }
-
-// approxBytesPerEntry is the measured heap cost of one map[uint64]uint64 entry in a Go swiss-table
-// map (16 bytes of slot and 1 control byte at a load factor between 7/16 and 7/8; 32 measured at 64 × 100k).
-// BenchmarkIndexBytesPerPair measures the real figure; this constant only feeds Stats.
-const approxBytesPerEntry = 32
 
 // nodeEntry is what the index knows about one node, by slot.
 type nodeEntry struct {
@@ -71,17 +68,17 @@ type nodeEntry struct {
 }
 
 // Index maps canonical block hashes to the nodes whose summaries contain them. Nodes are numbered
-// by slot and a set of nodes is a bitset: words[g][h] has bit s%64 set when the node in slot
-// g*64+s%64 holds h. With up to 64 nodes that is one map[uint64]uint64 entry per distinct hash,
-// however many nodes share it. It is safe for concurrent use: many Estimates run in parallel,
-// writers (ApplyDelta, ReplaceNode, RemoveNode) take the lock exclusively.
+// by slot and a set of nodes is a bitset: words[g].get(h) has bit s%64 set when the node in slot
+// g*64+s%64 holds h. With up to 64 nodes that is one 16-byte table slot per distinct hash,
+// however many nodes share it (bitTable). It is safe for concurrent use: many Estimates run in
+// parallel, writers (ApplyDelta, ReplaceNode, RemoveNode) take the lock exclusively.
 type Index struct {
 	maxPairs int
 
 	mu      sync.RWMutex // guards everything below
 	slots   slotTable
-	nodes   []nodeEntry         // by slot
-	words   []map[uint64]uint64 // by 64-slot group: hash → bitmask of slots in the group
+	nodes   []nodeEntry // by slot
+	words   []*bitTable // by 64-slot group: hash → bitmask of slots in the group
 	pairs   int
 	refused uint64
 
@@ -149,7 +146,7 @@ func (x *Index) ReplaceNode(node string, epoch, seq uint64, hashes []uint64) {
 			x.nodes = append(x.nodes, nodeEntry{})
 		}
 		for len(x.words) < x.slots.words() {
-			x.words = append(x.words, make(map[uint64]uint64))
+			x.words = append(x.words, &bitTable{})
 		}
 	} else {
 		x.clearSlot(slot)
@@ -216,20 +213,19 @@ func (x *Index) Stats() IndexStats {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	st := IndexStats{Nodes: len(x.slots.byID), Pairs: x.pairs, MaxPairs: x.maxPairs, RefusedAdds: x.refused}
-	entries := 0
-	for _, m := range x.words {
-		entries += len(m)
+	for _, tb := range x.words {
+		st.DistinctHashes += tb.len()
+		st.ApproxBytes += tb.bytes()
 	}
-	st.DistinctHashes = entries
-	st.ApproxBytes = int64(entries)*approxBytesPerEntry + int64(len(x.nodes))*64
+	st.ApproxBytes += int64(len(x.nodes)) * 64
 	return st
 }
 
 // add sets slot's bit for h, refusing (and counting) when the index is full. Callers hold mu.
 func (x *Index) add(slot int32, h uint64) {
-	m := x.words[slot>>6]
+	tb := x.words[slot>>6]
 	bit := uint64(1) << (uint(slot) & 63)
-	w := m[h]
+	w := tb.get(h)
 	if w&bit != 0 {
 		return
 	}
@@ -238,24 +234,20 @@ func (x *Index) add(slot int32, h uint64) {
 		x.nodes[slot].refused++
 		return
 	}
-	m[h] = w | bit
+	tb.set(h, w|bit)
 	x.pairs++
 	x.nodes[slot].blocks++
 }
 
 // remove clears slot's bit for h. Callers hold mu.
 func (x *Index) remove(slot int32, h uint64) {
-	m := x.words[slot>>6]
+	tb := x.words[slot>>6]
 	bit := uint64(1) << (uint(slot) & 63)
-	w, ok := m[h]
-	if !ok || w&bit == 0 {
+	w := tb.get(h)
+	if w&bit == 0 {
 		return
 	}
-	if w &^= bit; w == 0 {
-		delete(m, h)
-	} else {
-		m[h] = w
-	}
+	tb.set(h, w&^bit) // deletes the entry when no node is left
 	x.pairs--
 	x.nodes[slot].blocks--
 }
@@ -268,18 +260,7 @@ func (x *Index) clearSlot(slot int32) {
 	if n.blocks == 0 {
 		return
 	}
-	m := x.words[slot>>6]
-	bit := uint64(1) << (uint(slot) & 63)
-	for h, w := range m {
-		if w&bit == 0 {
-			continue
-		}
-		if w &^= bit; w == 0 {
-			delete(m, h)
-		} else {
-			m[h] = w
-		}
-	}
+	x.words[slot>>6].clearBit(uint64(1) << (uint(slot) & 63))
 	x.pairs -= n.blocks
 	n.blocks = 0
 }

@@ -111,6 +111,7 @@ type view struct {
 // reqState is a request's journey.
 type reqState struct {
 	node, estimate, estUncached int
+	hashes                      []uint64 // held in the overlay as pending from routing to first token
 }
 
 // message is a delta or a load report on its way to the router.
@@ -227,6 +228,8 @@ func (s *Sim) Run() (Result, error) {
 			req := &s.trace.Requests[e.req]
 			s.col.ttft = append(s.col.ttft, seconds(s.q.now-req.Arrival))
 			s.views[e.node].inFlightPrefill -= s.reqs[e.req].estUncached
+			s.overlay.End(s.ids[e.node], s.reqs[e.req].hashes, epoch0.Add(s.q.now))
+			s.reqs[e.req].hashes = nil
 			n.finishPrefill(s, e.req)
 			n.tryStart(s)
 			s.changed(n)
@@ -288,8 +291,11 @@ func (s *Sim) route(r int) error {
 	if i < 0 || i >= k {
 		return fmt.Errorf("route request %d: policy %s chose node %d of %d", r, s.policy.Name(), i, k)
 	}
-	s.overlay.Record(s.ids[i], s.hashes, now)
 	st := &s.reqs[r]
+	// Pending until the first token, as the daemon does: a request queued longer than the
+	// overlay TTL must not hide its prefix from the router.
+	st.hashes = append(st.hashes[:0], s.hashes...)
+	s.overlay.Begin(s.ids[i], st.hashes, now)
 	st.node, st.estimate = i, s.matched[i]
 	st.estUncached = max(0, len(req.Tokens)-st.estimate)
 	v := &s.views[i]
@@ -316,6 +322,8 @@ func (s *Sim) reject(n *node, r int) {
 	v := &s.views[n.idx]
 	v.inFlight--
 	v.inFlightPrefill -= s.reqs[r].estUncached
+	s.overlay.Abort(s.ids[n.idx], s.reqs[r].hashes)
+	s.reqs[r].hashes = nil
 }
 
 // changed publishes what changed on n: its summary delta (or a snapshot when the journal
