@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// metrics are an agent's Prometheus series, registered on Config.Registry.
+type metrics struct {
+	bytesSent      *prometheus.CounterVec // by message type
+	bytesReceived  *prometheus.CounterVec // by message type
+	packetsSent    *prometheus.CounterVec
+	drops          *prometheus.CounterVec // by reason
+	repairs        *prometheus.CounterVec // by reason
+	repairFailures prometheus.Counter
+	held           prometheus.Counter   // deltas that arrived ahead of a missing one
+	lag            prometheus.Histogram // node emit → router apply, seconds
+	nodes          prometheus.Gauge     // node members the mirror tracks
+	sendErrors     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &metrics{
+		bytesSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_sent_bytes_total", Help: "Bytes of prefixmesh gossip messages sent (before memberlist framing), by type.",
+		}, []string{"type"}),
+		bytesReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_received_bytes_total", Help: "Bytes of prefixmesh gossip messages received, by type.",
+		}, []string{"type"}),
+		packetsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_sent_packets_total", Help: "prefixmesh gossip messages sent, by type.",
+		}, []string{"type"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_dropped_total", Help: "Received gossip messages dropped, by reason.",
+		}, []string{"reason"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_repairs_total", Help: "Full-summary pulls started, by reason (join, epoch, gap, behind, checksum, silence, ...).",
+		}, []string{"reason"}),
+		repairFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_repair_failures_total", Help: "Full-summary pulls that failed and will be retried.",
+		}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_held_deltas_total", Help: "Deltas that arrived ahead of a missing one and were held (reordering or loss).",
+		}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "prefixmesh_gossip_delta_lag_seconds",
+			Help:    "Time from a node building a summary delta to the router receiving it (clocks of two hosts).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms … 4 s
+		}),
+		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "prefixmesh_gossip_mirrored_nodes", Help: "Node members the router mirrors.",
+		}),
+		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "prefixmesh_gossip_send_errors_total", Help: "Best-effort sends that failed locally.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.packetsSent, m.drops, m.repairs, m.repairFailures, m.held, m.lag, m.nodes, m.sendErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// indexStats is implemented by routing.Index.
+type indexStats interface{ Stats() routing.IndexStats }
+
+// registerIndexGauges exports the size of the index the mirror feeds, read at scrape time.
+func registerIndexGauges(reg prometheus.Registerer, idx Index) error {
+	st, ok := idx.(indexStats)
+	if !ok {
+		return nil
+	}
+	if reg == nil {
+		return nil
+	}
+	for _, g := range []struct {
+		name, help string
+		f          func(routing.IndexStats) float64
+	}{
+		{"prefixmesh_index_nodes", "Nodes the summary index holds a snapshot of.", func(s routing.IndexStats) float64 { return float64(s.Nodes) }},
+		{"prefixmesh_index_pairs", "(block hash, node) pairs in the summary index.", func(s routing.IndexStats) float64 { return float64(s.Pairs) }},
+		{"prefixmesh_index_distinct_hashes", "Distinct block hashes in the summary index.", func(s routing.IndexStats) float64 { return float64(s.DistinctHashes) }},
+		{"prefixmesh_index_bytes", "Estimated heap held by the summary index.", func(s routing.IndexStats) float64 { return float64(s.ApproxBytes) }},
+		{"prefixmesh_index_refused_adds", "Adds refused because the index was at its pair bound (since start).", func(s routing.IndexStats) float64 { return float64(s.RefusedAdds) }},
+	} {
+		f := g.f
+		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},
+			func() float64 { return f(st.Stats()) })); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func msgTypeName(t byte) string {
+	switch t {
+	case msgDelta:
+		return "delta"
+	case msgState:
+		return "state"
+	case msgPush:
+		return "pushpull"
+	default:
+		return "other"
+	}
+}
+
+func (m *metrics) drop(reason string) { m.drops.WithLabelValues(reason).Inc() }
+
+func (m *metrics) received(t byte, n int) {
+	m.bytesReceived.WithLabelValues(msgTypeName(t)).Add(float64(n))
+}
+
+func (m *metrics) sent(t byte, n int) {
+	m.bytesSent.WithLabelValues(msgTypeName(t)).Add(float64(n))
+	m.packetsSent.WithLabelValues(msgTypeName(t)).Inc()
+}

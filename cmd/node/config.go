@@ -1,0 +1,259 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/cluster"
+	"github.com/prefixmesh/prefixmesh/internal/flagfile"
+	"github.com/prefixmesh/prefixmesh/node"
+)
+
+// Engine modes (--engine).
+const (
+	engineSim      = "sim"      // the built-in simulated engine serves the OpenAI API on --http-listen
+	engineExternal = "external" // a real engine at --engine-url calls NodeCache over gRPC
+)
+
+// Config is the node agent's configuration; every field maps 1:1 to a flag.
+type Config struct {
+	// GRPCListen is where NodeCache, grpc.health.v1 and reflection are served: host:port, or
+	// unix:///path for a socket shared with an engine on the same host. Default 127.0.0.1:7070,
+	// loopback, because the cache API trusts its callers unless mTLS is configured.
+	GRPCListen string
+	// HTTPListen serves /metrics, /healthz and, with --engine=sim, the engine's OpenAI API.
+	// Default 127.0.0.1:8080, the port OpenAI-compatible engines conventionally use.
+	HTTPListen string
+	// NodeID names this node in summaries, stats and gossip. Default: the hostname, which is the
+	// pod name under Kubernetes and so unique and stable per pod.
+	NodeID string
+	// BlockSize is the tokens per KV block the engine inserts with: 16, vLLM's default.
+	BlockSize int
+	// KVBlocks is the simulated engine's pool size: 32768 blocks × 16 tokens = 512k tokens, one
+	// 80 GB GPU's KV capacity for an 8B model.
+	KVBlocks int
+	// Engine is "sim" (default, so a bare `prefixmesh-node` is a complete demo node) or
+	// "external".
+	Engine string
+	// EngineURL is the external engine's base URL (required with --engine=external), advertised to
+	// routers that proxy requests to it.
+	EngineURL string
+	// Model is the model name the node serves: "prefixmesh-sim", the simulated engine's.
+	Model string
+	// TLSCert and TLSKey are the gRPC server's certificate and key (PEM files). Empty: plaintext.
+	TLSCert, TLSKey string
+	// TLSClientCA, when set, turns on mutual TLS: clients must present a certificate signed by it.
+	TLSClientCA string
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string
+	// DrainTimeout bounds a graceful shutdown: 20 s, under Kubernetes' default 30 s termination
+	// grace period so the agent exits on its own before it is killed.
+	DrainTimeout time.Duration
+	// AddrFile, when set, receives the bound addresses once listening ("grpc=… http=…"), for
+	// scripts and tests that listen on port 0.
+	AddrFile string
+	// ValidateOnly parses and validates the configuration, prints "ok" and exits (Helm tests).
+	ValidateOnly bool
+	// Sim tunes the simulated engine (--sim-*); ignored with --engine=external.
+	Sim SimConfig
+	// Gossip are the cluster flags shared with the router (--gossip-*, --join,
+	// --insecure-gossip). Gossip.Listen empty (the default) runs a standalone node that joins no
+	// cluster; set it to publish this node's summary and load to the routers.
+	Gossip cluster.Flags
+}
+
+// SimConfig are the simulated engine's rate and queue knobs.
+type SimConfig struct {
+	// PrefillTokensPerSec: 10,000, an 8B model on one GPU; an uncached 4k prompt costs ~0.4 s.
+	PrefillTokensPerSec float64
+	// DecodeTokensPerSec: 50 per sequence, a typical interactive stream.
+	DecodeTokensPerSec float64
+	// MaxConcurrent: 64 sequences at once, a common batch cap.
+	MaxConcurrent int
+	// MaxQueue: 256 waiting requests (four batches) before answering 429.
+	MaxQueue int
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "prefixmesh-node"
+	}
+	return Config{
+		GRPCListen:   "127.0.0.1:7070",
+		HTTPListen:   "127.0.0.1:8080",
+		NodeID:       host,
+		BlockSize:    16,
+		KVBlocks:     32768,
+		Engine:       engineSim,
+		Model:        "prefixmesh-sim",
+		LogLevel:     "info",
+		DrainTimeout: 20 * time.Second,
+		Sim: SimConfig{
+			PrefillTokensPerSec: 10000,
+			DecodeTokensPerSec:  50,
+			MaxConcurrent:       64,
+			MaxQueue:            256,
+		},
+		Gossip: cluster.Flags{Label: cluster.DefaultLabel}, // no --gossip-listen: standalone
+	}
+}
+
+// maxNodeID bounds --node-id: it travels in gossip metadata, which must fit 512 bytes with
+// everything else (DESIGN.md §5).
+const maxNodeID = 128
+
+// errConfig is wrapped by every Validate error.
+var errConfig = errors.New("invalid configuration")
+
+// Validate reports the first invalid field, named by its flag.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", errConfig, fmt.Sprintf(format, args...))
+	}
+	if err := checkListen(c.GRPCListen, true); err != nil {
+		return bad("--grpc-listen: %v", err)
+	}
+	if err := checkListen(c.HTTPListen, false); err != nil {
+		return bad("--http-listen: %v", err)
+	}
+	switch {
+	case c.NodeID == "" || len(c.NodeID) > maxNodeID:
+		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, maxNodeID)
+	case c.BlockSize <= 0 || c.BlockSize > node.MaxBlockSize:
+		return bad("--block-size %d: must be in [1, %d]", c.BlockSize, node.MaxBlockSize)
+	case c.KVBlocks <= 0:
+		return bad("--kv-blocks %d: must be positive", c.KVBlocks)
+	case c.Model == "":
+		return bad("--model: must not be empty")
+	case c.DrainTimeout <= 0:
+		return bad("--drain-timeout %v: must be positive", c.DrainTimeout)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return bad("--tls-cert and --tls-key: give both or neither")
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return bad("--tls-client-ca: needs --tls-cert and --tls-key (mTLS is TLS plus client certificates)")
+	}
+	if _, err := parseLogLevel(c.LogLevel); err != nil {
+		return bad("--log-level: %v", err)
+	}
+	switch c.Engine {
+	case engineSim:
+		switch {
+		case !(c.Sim.PrefillTokensPerSec > 0):
+			return bad("--sim-prefill-tokens-per-s %v: must be positive", c.Sim.PrefillTokensPerSec)
+		case !(c.Sim.DecodeTokensPerSec > 0):
+			return bad("--sim-decode-tokens-per-s %v: must be positive", c.Sim.DecodeTokensPerSec)
+		case c.Sim.MaxConcurrent <= 0:
+			return bad("--sim-max-concurrent %d: must be positive", c.Sim.MaxConcurrent)
+		case c.Sim.MaxQueue < 0:
+			return bad("--sim-max-queue %d: must not be negative", c.Sim.MaxQueue)
+		}
+	case engineExternal:
+		u, err := url.Parse(c.EngineURL)
+		if c.EngineURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("--engine-url %q: --engine=external needs an http(s)://host[:port] URL", c.EngineURL)
+		}
+	default:
+		return bad("--engine %q: must be %q or %q", c.Engine, engineSim, engineExternal)
+	}
+	if c.Gossip.Listen != "" {
+		if err := c.Gossip.Validate(); err != nil {
+			return bad("%v", err)
+		}
+	}
+	for _, f := range []struct{ flag, path string }{{"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey}, {"--tls-client-ca", c.TLSClientCA}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return bad("%s: %v", f.flag, err)
+		}
+	}
+	return nil
+}
+
+// checkListen accepts host:port and, where unixOK, unix:///absolute/path.
+func checkListen(addr string, unixOK bool) error {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if !unixOK {
+			return fmt.Errorf("%q: unix sockets are not supported here", addr)
+		}
+		if !strings.HasPrefix(path, "/") {
+			return fmt.Errorf("%q: want unix:///absolute/path", addr)
+		}
+		return nil
+	}
+	if !strings.Contains(addr, ":") {
+		return fmt.Errorf("%q: want host:port", addr)
+	}
+	return nil
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// newFlagSet binds every Config field to a flag on a fresh FlagSet (no package globals), with
+// cfg's values as defaults.
+func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("prefixmesh-node", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.Usage = func() {
+		fmt.Fprintf(output, "Usage: prefixmesh-node [flags]\n\n"+
+			"The prefixmesh node agent: owns this node's prefix cache and serves it over gRPC\n"+
+			"(NodeCache, grpc.health.v1, reflection); with --engine=sim it also runs a simulated\n"+
+			"engine speaking the OpenAI API.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen address: `host:port` or unix:///path (port 0 picks a free port)")
+	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for /metrics, /healthz and the simulated engine's OpenAI API")
+	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's `id` in summaries, stats and gossip (the hostname unless set)")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in `tokens` the engine inserts with")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", cfg.KVBlocks, "KV pool size in `blocks` (simulated engine)")
+	fs.StringVar(&cfg.Engine, "engine", cfg.Engine, "engine `mode`: sim (built-in simulated engine) or external (an engine at --engine-url calls NodeCache)")
+	fs.StringVar(&cfg.EngineURL, "engine-url", cfg.EngineURL, "external engine's base `URL` (with --engine=external)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model `name` served by this node")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "gRPC server certificate `file` (PEM); empty serves plaintext")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "gRPC server private key `file` (PEM)")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "CA `file` (PEM) for client certificates; setting it requires mutual TLS")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish before closing them")
+	fs.StringVar(&cfg.AddrFile, "addr-file", cfg.AddrFile, "write the bound addresses (\"grpc=… http=…\") to this `file` once listening")
+	fs.BoolVar(&cfg.ValidateOnly, "validate-only", cfg.ValidateOnly, "parse and validate flags, print \"ok\" and exit")
+	fs.Float64Var(&cfg.Sim.PrefillTokensPerSec, "sim-prefill-tokens-per-s", cfg.Sim.PrefillTokensPerSec, "simulated prefill throughput in `tokens/s`")
+	fs.Float64Var(&cfg.Sim.DecodeTokensPerSec, "sim-decode-tokens-per-s", cfg.Sim.DecodeTokensPerSec, "simulated decode rate per sequence in `tokens/s`")
+	fs.IntVar(&cfg.Sim.MaxConcurrent, "sim-max-concurrent", cfg.Sim.MaxConcurrent, "simulated engine: sequences running at once")
+	fs.IntVar(&cfg.Sim.MaxQueue, "sim-max-queue", cfg.Sim.MaxQueue, "simulated engine: requests waiting before 429")
+	cfg.Gossip.Register(fs)
+	return fs
+}
+
+// parseConfig parses args (and the file named by --config, see internal/flagfile) over
+// DefaultConfig and validates the result. Usage and flag errors go to output; flag.ErrHelp is
+// returned for -h/--help.
+func parseConfig(args []string, output io.Writer) (Config, error) {
+	cfg := DefaultConfig()
+	fs := newFlagSet(&cfg, output)
+	if err := flagfile.Parse(fs, args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%w: unexpected arguments %q", errConfig, fs.Args())
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}

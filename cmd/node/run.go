@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/node"
+	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+)
+
+// HTTP server timeouts. No WriteTimeout: the simulated engine streams completions for as long as
+// decoding takes, and a write deadline would cut them off.
+const (
+	readHeaderTimeout = 10 * time.Second // a slow-loris client cannot hold a connection forever
+	idleTimeout       = 2 * time.Minute  // keep-alive connections of routers are reused, then reaped
+)
+
+// run is the node agent's life (STYLE.md §4): build in dependency order, start health as
+// NOT_SERVING, serve, flip to SERVING, and when ctx ends (SIGTERM) drain in reverse within
+// cfg.DrainTimeout. It returns nil after a clean drain.
+func run(ctx context.Context, cfg Config, stderr io.Writer) error {
+	level, err := parseLogLevel(cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// 1. The cache: the only authority on what this node holds (DESIGN.md §1).
+	tree := local.NewRadixTree(local.Options{})
+
+	// 2. The NodeCache service over it. The simulated engine's KV pool must see every reference
+	// its cache calls move, so with --engine=sim remote callers only read.
+	cacheSrv, err := node.New(tree, node.Config{
+		NodeID:    cfg.NodeID,
+		BlockSize: cfg.BlockSize,
+		Logger:    logger.With("component", "nodecache"),
+		Registry:  reg,
+		ReadOnly:  cfg.Engine == engineSim,
+	})
+	if err != nil {
+		return fmt.Errorf("node cache service: %w", err)
+	}
+
+	// 3. The gRPC server: NodeCache, health (NOT_SERVING until we are ready) and reflection.
+	creds, err := serverCredentials(cfg)
+	if err != nil {
+		return err
+	}
+	grpcSrv := grpc.NewServer(append(cacheSrv.ServerOptions(), grpc.Creds(creds))...)
+	cacheSrv.Register(grpcSrv)
+	healthSrv := node.NewHealth(pb.NodeCache_ServiceDesc.ServiceName)
+	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
+	reflection.Register(grpcSrv)
+
+	// 4. The HTTP server: /metrics, /healthz, and whatever the engine mounts.
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+
+	// 5. The engine. It outlives the HTTP drain (in-flight completions finish), so it gets its own
+	// context, cancelled only after the HTTP server has shut down.
+	engineCtx, cancelEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelEngine()
+	closeEngine, engineLoad, err := startEngine(engineCtx, cfg, tree, logger, reg, mux)
+	if err != nil {
+		return fmt.Errorf("start engine: %w", err)
+	}
+	defer closeEngine()
+
+	// 6. Listen, then serve.
+	grpcLis, err := listen(cfg.GRPCListen)
+	if err != nil {
+		return fmt.Errorf("grpc listen: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPListen)
+	if err != nil {
+		_ = grpcLis.Close()
+		return fmt.Errorf("http listen: %w", err)
+	}
+	// 6b. Gossip (with --gossip-listen): publish this node's summary and load to the routers.
+	agent, err := startGossip(ctx, cfg, tree, cacheSrv.Epoch(), grpcLis.Addr(), engineLoad, logger, reg)
+	if err != nil {
+		_ = grpcLis.Close()
+		_ = httpLis.Close()
+		return fmt.Errorf("gossip: %w", err)
+	}
+
+	served := make(chan error, 2)
+	go func() { served <- serveErr("grpc", grpcSrv.Serve(grpcLis)) }()
+	go func() { served <- serveErr("http", httpSrv.Serve(httpLis)) }()
+	addrs := fmt.Sprintf("grpc=%s http=%s", addrString(grpcLis.Addr()), httpLis.Addr())
+	if cfg.AddrFile != "" {
+		if err := writeFileAtomic(cfg.AddrFile, addrs+"\n"); err != nil {
+			logger.Error("write addr file", "err", err)
+		}
+	}
+	logger.Info("listening", "grpc", addrString(grpcLis.Addr()), "http", httpLis.Addr().String(),
+		"node_id", cfg.NodeID, "epoch", fmt.Sprintf("%016x", cacheSrv.Epoch()), "engine", cfg.Engine)
+
+	// The node's metadata is published by the gossip agent's Start above; routers pull its
+	// summary on their own, so the node is ready as soon as it listens.
+	ready.Store(true)
+	healthSrv.SetServing(true, pb.NodeCache_ServiceDesc.ServiceName)
+	logger.Info("serving")
+
+	var runErr error
+	pending := 2 // servers whose Serve has not returned
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", "cause", context.Cause(ctx), "drain_timeout", cfg.DrainTimeout)
+	case runErr = <-served: // a server died on its own: drain the other one, then report it
+		pending--
+		logger.Info("shutting down after a server failure", "drain_timeout", cfg.DrainTimeout)
+	}
+
+	// 7. Drain in reverse: stop advertising, let calls finish within the deadline, then cut; the
+	// engine goes last so that completions still being served can finish.
+	ready.Store(false)
+	if agent != nil { // leave the cluster first: routers stop choosing this node at once
+		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+		if err := agent.Close(leaveCtx); err != nil {
+			logger.Warn("gossip leave", "err", err)
+		}
+		cancelLeave()
+	}
+	drain(logger, cfg.DrainTimeout, healthSrv, grpcSrv, httpSrv)
+	cancelEngine()
+	closeEngine()
+	for ; pending > 0; pending-- {
+		if err := <-served; err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	logger.Info("stopped")
+	return runErr
+}
+
+// drain stops both servers within timeout: health goes NOT_SERVING (and Watch streams end), then
+// the gRPC and HTTP servers finish their in-flight calls in parallel; whatever is still open at
+// the deadline is closed.
+func drain(logger *slog.Logger, timeout time.Duration, h *node.Health, g *grpc.Server, hs *http.Server) {
+	h.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	grpcDone := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(grpcDone)
+	}()
+	if err := hs.Shutdown(ctx); err != nil {
+		logger.Warn("http drain incomplete; closing connections", "err", err)
+		_ = hs.Close()
+	}
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		logger.Warn("grpc drain incomplete; closing connections")
+		g.Stop()
+		<-grpcDone
+	}
+}
+
+// serveErr reports a server's exit: nil for a requested stop, else the error with its name.
+func serveErr(name string, err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return fmt.Errorf("%s serve: %w", name, err)
+}
+
+// listen opens a TCP listener for host:port or a Unix socket for unix:///path, removing a stale
+// socket file left by a crashed predecessor.
+func listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	return net.Listen("unix", path)
+}
+
+// addrString prints a listener address the way --grpc-listen takes it.
+func addrString(a net.Addr) string {
+	if a.Network() == "unix" {
+		return "unix://" + a.String()
+	}
+	return a.String()
+}
+
+// writeFileAtomic writes data to path through a temporary file and a rename, so a reader never
+// sees a partial file.
+func writeFileAtomic(path, data string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// serverCredentials are plaintext, TLS with --tls-cert/--tls-key, or mutual TLS when
+// --tls-client-ca is also given (clients must present a certificate it signed).
+func serverCredentials(cfg Config) (credentials.TransportCredentials, error) {
+	if cfg.TLSCert == "" {
+		return insecure.NewCredentials(), nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.TLSClientCA != "" {
+		pem, err := os.ReadFile(cfg.TLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("read --tls-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-client-ca %s: no PEM certificates found", cfg.TLSClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(tc), nil
+}

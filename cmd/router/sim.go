@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/plot"
+	"github.com/prefixmesh/prefixmesh/routing"
+	"github.com/prefixmesh/prefixmesh/routing/sim"
+)
+
+// defaultTrace is the standard trace, relative to the repository root (shared/ sits beside it).
+const defaultTrace = "../shared/data/traces/synthetic_trace.jsonl"
+
+// A long run reports on stderr at most every progressEvery and every progressStep percent: often
+// enough to show it is alive, rarely enough not to flood a log.
+const (
+	progressEvery = 2 * time.Second
+	progressStep  = 5
+)
+
+// simFlags are the command's flags, mapped 1:1 onto sim.Config and sim.ReadOptions.
+type simFlags struct {
+	trace, format, policies, jsonOut, plotOut string
+	nodes, blocks, blockSize, limit, maxConc  int
+	parallel, systemPrompts, minLoadBound     int
+	speed, loss, prefill, decode, sessions    float64
+	loadFactor, missPenalty                   float64
+	seed                                      uint64
+	delay, repairDelay                        time.Duration
+}
+
+// simConfigJSON is the "config" object of --json: every input that shapes the numbers.
+type simConfigJSON struct {
+	Trace               string   `json:"trace"`
+	Requests            int      `json:"requests"`
+	Nodes               int      `json:"nodes"`
+	KVBlocks            int      `json:"kv_blocks"`
+	BlockSize           int      `json:"block_size"`
+	PrefillTokensPerSec float64  `json:"prefill_tokens_per_s"`
+	DecodeTokensPerSec  float64  `json:"decode_tokens_per_s"`
+	MaxConcurrent       int      `json:"max_concurrent"`
+	DelayS              float64  `json:"delay_s"`
+	Loss                float64  `json:"loss"`
+	RepairDelayS        float64  `json:"repair_delay_s"`
+	Speed               float64  `json:"speed"`
+	Limit               int      `json:"limit"`
+	Seed                uint64   `json:"seed"`
+	LoadFactor          float64  `json:"load_factor"`
+	MinLoadBound        int      `json:"min_load_bound"`
+	MissPenalty         float64  `json:"miss_penalty"`
+	Policies            []string `json:"policies"`
+}
+
+// simReport is the --json document; the unexported fields feed the table.
+type simReport struct {
+	Policies  []sim.Result  `json:"policies"`
+	Reference sim.Reference `json:"reference"`
+	Config    simConfigJSON `json:"config"`
+	trace     string
+	cfg       sim.Config
+	elapsed   time.Duration // wall time of the runs
+}
+
+// runSim is `router sim`: replay a trace through every routing policy on a simulated fleet and
+// print one row per policy plus the pooled-LRU and infinite-cache references.
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("router sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def, rdef := sim.DefaultConfig(), sim.DefaultReadOptions()
+	var f simFlags
+	fs.StringVar(&f.trace, "trace", defaultTrace, "trace file: Mooncake JSONL (.jsonl) or Azure CSV (.csv); relative paths are tried from the working directory, then from the module root")
+	fs.StringVar(&f.format, "format", "auto", "trace format: auto (by extension), mooncake or azure")
+	fs.StringVar(&f.policies, "policies", "all", "comma-separated policies or \"all\" ("+strings.Join(routing.PolicyNames(), ", ")+")")
+	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file")
+	fs.StringVar(&f.plotOut, "plot", "", "write a PNG chart of the results to this file")
+	fs.IntVar(&f.nodes, "nodes", def.Nodes, "number of nodes")
+	fs.IntVar(&f.blocks, "kv-blocks", def.BlocksPerNode, "KV blocks per node")
+	fs.IntVar(&f.blockSize, "block-size", def.BlockSize, "tokens per KV block")
+	fs.IntVar(&f.limit, "limit", 0, "replay only the first n requests (0: all)")
+	fs.IntVar(&f.maxConc, "max-concurrent", def.MaxConcurrent, "sequences a node runs at once")
+	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once (output does not depend on it)")
+	fs.IntVar(&f.systemPrompts, "azure-system-prompts", rdef.SystemPrompts, "Azure: shared system prompts laid over the trace (0: no synthetic prefix structure)")
+	fs.Float64Var(&f.sessions, "azure-session-share", rdef.SessionShare, "Azure: share of requests continuing a recent conversation")
+	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 = arrivals twice as fast)")
+	fs.Float64Var(&f.loss, "loss", 0, "probability that a summary delta is lost (repaired by a snapshot)")
+	fs.Float64Var(&f.prefill, "prefill-tokens-per-s", def.PrefillTokensPerSec, "uncached prefill rate of a node")
+	fs.Float64Var(&f.decode, "decode-tokens-per-s", def.DecodeTokensPerSec, "decode rate of one sequence")
+	fs.Uint64Var(&f.seed, "seed", 0, "seed of the loss process and of Azure's synthetic prefixes")
+	fs.Float64Var(&f.loadFactor, "load-factor", def.Policy.LoadFactor, "c of the bounded-load guard (policies prefixmesh, chwbl)")
+	fs.Float64Var(&f.missPenalty, "miss-penalty", def.Policy.MissPenalty, "extra weight of uncached prefill tokens in prefixmesh's cost")
+	fs.IntVar(&f.minLoadBound, "min-load-bound", def.Policy.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in requests")
+	fs.DurationVar(&f.delay, "delay", def.Delay, "propagation delay of summary deltas and load reports")
+	fs.DurationVar(&f.repairDelay, "repair-delay", def.RepairDelay, "time a repair (full summary pull) takes")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "router sim: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	rep, err := simulate(ctx, f, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "router sim: %v\n", err)
+		return 1
+	}
+	writeTable(stdout, rep)
+	if f.jsonOut != "" {
+		if err := writeJSON(f.jsonOut, rep); err != nil {
+			fmt.Fprintf(stderr, "router sim: %v\n", err)
+			return 1
+		}
+	}
+	if f.plotOut != "" {
+		if err := writePlot(f.plotOut, rep); err != nil {
+			fmt.Fprintf(stderr, "router sim: %v\n", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// simulate reads the trace and runs every policy and the references.
+func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, error) {
+	cfg := sim.DefaultConfig()
+	cfg.Nodes, cfg.BlocksPerNode, cfg.BlockSize, cfg.MaxConcurrent = f.nodes, f.blocks, f.blockSize, f.maxConc
+	cfg.PrefillTokensPerSec, cfg.DecodeTokensPerSec = f.prefill, f.decode
+	cfg.Delay, cfg.RepairDelay, cfg.Loss, cfg.Seed = f.delay, f.repairDelay, f.loss, f.seed
+	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !(f.speed > 0) || f.limit < 0 {
+		return nil, fmt.Errorf("--speed must be positive and --limit non-negative")
+	}
+	policies, err := parsePolicies(f.policies)
+	if err != nil {
+		return nil, err
+	}
+	path, err := findTrace(f.trace)
+	if err != nil {
+		return nil, err
+	}
+	ropt := sim.ReadOptions{Speed: f.speed, Limit: f.limit, Seed: f.seed, SystemPrompts: f.systemPrompts, SessionShare: f.sessions}
+	tr, err := readTrace(path, f.format, ropt)
+	if err != nil {
+		return nil, err
+	}
+	if len(tr.Requests) == 0 {
+		return nil, fmt.Errorf("trace %s has no requests", path)
+	}
+
+	start := time.Now()
+	rep := &simReport{Policies: make([]sim.Result, len(policies)), trace: f.trace, cfg: cfg}
+	rep.Config = simConfigJSON{Trace: f.trace, Requests: len(tr.Requests), Nodes: cfg.Nodes, KVBlocks: cfg.BlocksPerNode,
+		BlockSize: cfg.BlockSize, PrefillTokensPerSec: cfg.PrefillTokensPerSec, DecodeTokensPerSec: cfg.DecodeTokensPerSec,
+		MaxConcurrent: cfg.MaxConcurrent, DelayS: cfg.Delay.Seconds(), Loss: cfg.Loss, RepairDelayS: cfg.RepairDelay.Seconds(),
+		Speed: f.speed, Limit: f.limit, Seed: f.seed, LoadFactor: cfg.Policy.LoadFactor, MinLoadBound: cfg.Policy.MinLoadBound,
+		MissPenalty: cfg.Policy.MissPenalty, Policies: policies}
+
+	// One job per policy plus the references; each is independent and deterministic, so the
+	// results do not depend on how many run at once.
+	done := make([]atomic.Int64, len(policies))
+	errs := make([]error, len(policies)+1)
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < max(1, f.parallel); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if j == len(policies) {
+					rep.Reference, errs[j] = sim.References(tr, cfg)
+					continue
+				}
+				c := cfg
+				c.Progress = func(n, _ int) bool {
+					done[j].Store(int64(n))
+					return ctx.Err() == nil
+				}
+				rep.Policies[j], errs[j] = sim.Run(tr, policies[j], c)
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		reportProgress(stderr, stop, done, len(tr.Requests))
+	}()
+	jobs <- len(policies) // the references first: the longest job, it overlaps the policies
+	for j := range policies {
+		jobs <- j
+	}
+	close(jobs)
+	wg.Wait()
+	close(stop)
+	pwg.Wait()
+	rep.elapsed = time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// reportProgress prints the share of requests routed, over all policies, at most every
+// progressEvery and only after another progressStep percent, until stop closes.
+func reportProgress(w io.Writer, stop <-chan struct{}, done []atomic.Int64, total int) {
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	last := -progressStep
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			var sum int64
+			for i := range done {
+				sum += done[i].Load()
+			}
+			if pct := int(100 * sum / int64(total*len(done))); pct >= last+progressStep {
+				fmt.Fprintf(w, "router sim: %d%% of %d requests × %d policies routed\n", pct, total, len(done))
+				last = pct
+			}
+		}
+	}
+}
+
+func parsePolicies(s string) ([]string, error) {
+	if s == "" || s == "all" {
+		return routing.PolicyNames(), nil
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(routing.PolicyNames(), p) {
+			return nil, fmt.Errorf("unknown policy %q (have %s)", p, strings.Join(routing.PolicyNames(), ", "))
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// findTrace resolves a relative path against the working directory, then against the module
+// root (the nearest ancestor with go.mod), so the default works from anywhere in the repo.
+func findTrace(p string) (string, error) {
+	if _, err := os.Stat(p); err == nil || filepath.IsAbs(p) {
+		return p, err
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			q := filepath.Join(dir, p)
+			if _, err := os.Stat(q); err != nil {
+				return "", fmt.Errorf("trace %s: not found from the working directory or the module root %s", p, dir)
+			}
+			return q, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("trace %s: not found", p)
+		}
+		dir = parent
+	}
+}
+
+func readTrace(path, format string, opt sim.ReadOptions) (*sim.Trace, error) {
+	if format == "auto" {
+		format = "mooncake"
+		if strings.HasSuffix(strings.ToLower(path), ".csv") {
+			format = "azure"
+		}
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace: %w", err)
+	}
+	defer fh.Close()
+	var tr *sim.Trace
+	switch format {
+	case "mooncake":
+		tr, err = sim.ReadMooncake(fh, opt)
+	case "azure":
+		tr, err = sim.ReadAzure(fh, opt)
+	default:
+		return nil, fmt.Errorf("unknown --format %q (auto, mooncake or azure)", format)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return tr, nil
+}
+
+// writeTable prints one row per policy and the reference rows.
+func writeTable(w io.Writer, rep *simReport) {
+	c := rep.cfg
+	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g\n\n",
+		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\thit %\tvs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\t")
+	pooled := rep.Reference.PooledLRUHitRatio
+	for _, r := range rep.Policies {
+		vs := "-"
+		if pooled > 0 {
+			vs = fmt.Sprintf("%.1f%%", 100*r.HitRatio/pooled)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.Name, 100*r.HitRatio, vs,
+			r.TTFTMean, r.TTFTP50, r.TTFTP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens)
+	}
+	fmt.Fprintf(tw, "pooled LRU (ref)\t%.2f\t100.0%%\t\t\t\t\t\t\t\t\t\n", 100*pooled)
+	fmt.Fprintf(tw, "infinite (ref)\t%.2f\t\t\t\t\t\t\t\t\t\t\n", 100*rep.Reference.InfiniteHitRatio)
+	tw.Flush()
+	for _, r := range rep.Policies {
+		if r.Rejected > 0 {
+			fmt.Fprintf(w, "%s: %d requests larger than a node's pool were rejected\n", r.Name, r.Rejected)
+		}
+	}
+	fmt.Fprintf(w, "\n(simulated in %.1f s of wall time)\n", rep.elapsed.Seconds())
+}
+
+func writeJSON(path string, rep *simReport) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	return nil
+}
+
+// plotPoints bounds the points of each CDF curve: more than the pixels across adds nothing.
+const plotPoints = 400
+
+// writePlot draws hit ratio (with the references), TTFT mean and p99, and the TTFT CDFs.
+func writePlot(path string, rep *simReport) error {
+	const w, h = 1600, 1150
+	c := plot.New(w, h)
+	var names []string
+	var hit, mean, p99 []float64
+	for _, r := range rep.Policies {
+		names = append(names, r.Name)
+		hit = append(hit, 100*r.HitRatio)
+		mean = append(mean, r.TTFTMean)
+		p99 = append(p99, r.TTFTP99)
+	}
+	hitNames := append(slices.Clone(names), "pooled LRU (ref)", "infinite (ref)")
+	hit = append(hit, 100*rep.Reference.PooledLRUHitRatio, 100*rep.Reference.InfiniteHitRatio)
+	c.DrawHBars(image.Rect(0, 0, w/2, h/2), plot.HBars{
+		Title: "Prefix hit ratio (% of prompt tokens)", Categories: hitNames,
+		Series: []plot.Series{{Name: "hit ratio", Values: hit, Color: plot.Palette[0]}},
+		Format: func(v float64) string { return fmt.Sprintf("%.1f%%", v) },
+	})
+	c.DrawHBars(image.Rect(w/2, 0, w, h/2), plot.HBars{
+		Title: "Time to first token (s)", Categories: names,
+		Series: []plot.Series{{Name: "mean", Values: mean, Color: plot.Palette[0]}, {Name: "p99", Values: p99, Color: plot.Palette[1]}},
+		Format: func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	})
+	var curves []plot.Curve
+	for i, r := range rep.Policies {
+		var xs, ys []float64
+		n := len(r.TTFTs)
+		for k := 0; k < plotPoints && n > 0; k++ {
+			j := min(n-1, k*n/plotPoints)
+			xs = append(xs, max(r.TTFTs[j], 1e-3)) // a fully cached prompt costs 0: show it at 1 ms
+			ys = append(ys, float64(j+1)/float64(n))
+		}
+		if n > 0 {
+			xs, ys = append(xs, max(r.TTFTs[n-1], 1e-3)), append(ys, 1)
+		}
+		curves = append(curves, plot.Curve{Name: r.Name, X: xs, Y: ys, Color: plot.Palette[i%len(plot.Palette)]})
+	}
+	c.DrawLines(image.Rect(0, h/2, w, h), plot.Lines{
+		Title:  fmt.Sprintf("TTFT distribution (CDF): %d nodes, %s", rep.cfg.Nodes, filepath.Base(rep.trace)),
+		XLabel: "time to first token (s, log scale)", LogX: true, YMin: 0, YMax: 1, Curves: curves,
+	})
+	var buf bytes.Buffer
+	if err := c.EncodePNG(&buf); err != nil {
+		return fmt.Errorf("encode png: %w", err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write plot: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// simArgs runs `router sim` on a short slice of the standard trace, skipping when the shared
+// traces are not beside the repository.
+func simArgs(t *testing.T, extra ...string) (stdout string) {
+	t.Helper()
+	if _, err := findTrace(defaultTrace); err != nil {
+		t.Skipf("standard trace not available: %v", err)
+	}
+	var out, errb bytes.Buffer
+	args := append([]string{"--limit", "300", "--seed", "3", "--loss", "0.05"}, extra...)
+	if code := runSim(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("router sim %v: exit %d: %s", args, code, errb.String())
+	}
+	return out.String()
+}
+
+// TestSimDeterministicJSON: the same seed and flags give byte-identical JSON, however many
+// policies run at once.
+func TestSimDeterministicJSON(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+	simArgs(t, "--json", a, "--parallel", "1")
+	out := simArgs(t, "--json", b, "--parallel", "3")
+	ja, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := os.ReadFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ja, jb) {
+		t.Fatalf("JSON differs between runs:\n%s\n---\n%s", ja, jb)
+	}
+	var doc struct {
+		Policies []map[string]any `json:"policies"`
+		Ref      map[string]any   `json:"reference"`
+		Config   map[string]any   `json:"config"`
+	}
+	if err := json.Unmarshal(ja, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Policies) != 7 || doc.Config["requests"] != 300.0 {
+		t.Fatalf("%d policies, config %v", len(doc.Policies), doc.Config)
+	}
+	for _, k := range []string{"name", "hit_ratio", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "e2e_mean_s",
+		"imbalance_prefill", "imbalance_inflight", "estimate_exact_share", "estimate_mae_tokens"} {
+		if _, ok := doc.Policies[0][k]; !ok {
+			t.Fatalf("policy row lacks %q: %v", k, doc.Policies[0])
+		}
+	}
+	if len(doc.Policies[0]) != 10 || len(doc.Ref) != 2 {
+		t.Fatalf("unexpected keys: %v %v", doc.Policies[0], doc.Ref)
+	}
+	for _, want := range []string{"prefixmesh", "dynamo-cost", "pooled LRU (ref)", "infinite (ref)"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSimPlot(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "sim.png")
+	simArgs(t, "--policies", "prefixmesh,round-robin", "--plot", p)
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() < 800 || b.Dy() < 600 {
+		t.Fatalf("plot is %v", b)
+	}
+}
+
+func TestSimBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--policies", "nope"},
+		{"--nodes", "0"},
+		{"--trace", "/nonexistent/trace.jsonl"},
+		{"--speed", "0"},
+		{"extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := runSim(context.Background(), args, &out, &errb); code == 0 {
+			t.Fatalf("%v: exit 0", args)
+		}
+	}
+}
