@@ -12,11 +12,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/prefixmesh/prefixmesh/router/routerd"
 )
 
 // subcommands maps a name to its entry point; each parses its own flags from args.
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
-	"serve": runServe,
+	"serve": routerd.Main,
 	"sim":   runSim,
 	"pins":  runPins,
 }
@@ -36,7 +38,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	// No subcommand, or flags first: serve.
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return runServe(ctx, args, stdout, stderr)
+		return routerd.Main(ctx, args, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "usage: prefixmesh-router [serve|sim|pins|demo] [flags]\n")
 	return 2

@@ -1,4 +1,4 @@
-package main
+package routerd
 
 import (
 	"bytes"
@@ -24,11 +24,11 @@ import (
 
 func TestServeConfig(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := dispatch(context.Background(), []string{"--validate-only", "--insecure-gossip"}, &out, &errb); code != 0 || out.String() != "ok\n" {
-		t.Fatalf("flags first = serve: code %d, %q %q", code, out.String(), errb.String())
+	if code := Main(context.Background(), []string{"--validate-only", "--insecure-gossip"}, &out, &errb); code != 0 || out.String() != "ok\n" {
+		t.Fatalf("validate-only: code %d, %q %q", code, out.String(), errb.String())
 	}
 	out.Reset()
-	if code := dispatch(context.Background(), []string{"serve", "--validate-only", "--insecure-gossip", "--join", "a:1", "--join", "b"}, &out, &errb); code != 0 {
+	if code := Main(context.Background(), []string{"--validate-only", "--insecure-gossip", "--join", "a:1", "--join", "b"}, &out, &errb); code != 0 {
 		t.Fatalf("serve --validate-only: %d %s", code, errb.String())
 	}
 	for _, args := range [][]string{
@@ -39,7 +39,7 @@ func TestServeConfig(t *testing.T) {
 		{"--validate-only", "--insecure-gossip", "extra"},
 	} {
 		errb.Reset()
-		if code := dispatch(context.Background(), args, &out, &errb); code != 2 {
+		if code := Main(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: code %d (%s)", args, code, errb.String())
 		}
 	}
@@ -54,7 +54,7 @@ func TestServeRoutesToTheNodeThatHoldsThePrefix(t *testing.T) {
 	done := make(chan int, 1)
 	var logs bytes.Buffer
 	go func() {
-		done <- runServe(ctx, []string{"--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+		done <- Main(ctx, []string{"--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
 			"--gossip-listen", "127.0.0.1:0", "--insecure-gossip", "--node-id", "router-0",
 			"--tokenizer", "bytes", "--addr-file", addrFile, "--log-level", "error"}, &logs, &logs)
 	}()

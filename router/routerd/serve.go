@@ -1,4 +1,4 @@
-package main
+package routerd
 
 import (
 	"context"
@@ -30,9 +30,9 @@ import (
 // syncPoll is how often serve checks whether the mirror has synced every known node.
 const syncPoll = 50 * time.Millisecond
 
-// runServe is `prefixmesh-router serve`: exit 0 after a clean run, 2 for a bad configuration,
+// Main is `prefixmesh-router serve`: exit 0 after a clean run, 2 for a bad configuration,
 // 1 when the router failed.
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseServeConfig(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -45,17 +45,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stdout, "ok")
 		return 0
 	}
-	if err := serve(ctx, cfg, stderr); err != nil {
+	if err := Run(ctx, cfg, stderr); err != nil {
 		fmt.Fprintf(stderr, "prefixmesh-router serve: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-// serve is the router's life (STYLE.md §4): build in dependency order, health NOT_SERVING until
+// Run is the router's life (STYLE.md §4): build in dependency order, health NOT_SERVING until
 // the mirror has synced every node it knows, serve, and on ctx's end leave the cluster and drain
 // in reverse within DrainTimeout.
-func serve(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
+func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))

@@ -1,4 +1,4 @@
-package main
+package agentd
 
 import (
 	"context"
@@ -113,7 +113,7 @@ func TestMutualTLS(t *testing.T) {
 	defer stop()
 	logs := newLogWatcher()
 	done := make(chan error, 1)
-	go func() { done <- run(runCtx, cfg, logs) }()
+	go func() { done <- Run(runCtx, cfg, logs) }()
 	grpcAddr, _ := logs.waitAddrs(t)
 
 	check := func(certs ...tls.Certificate) error {

@@ -1,4 +1,4 @@
-package main
+package agentd
 
 import (
 	"bufio"
@@ -156,7 +156,7 @@ func TestDaemonProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "prefixmesh-node")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/prefixmesh/prefixmesh/cmd/node").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	const drain = 30 * time.Second
@@ -263,7 +263,7 @@ func TestRunSimEngine(t *testing.T) {
 	defer stop()
 	logs := newLogWatcher()
 	done := make(chan error, 1)
-	go func() { done <- run(runCtx, cfg, logs) }()
+	go func() { done <- Run(runCtx, cfg, logs) }()
 
 	grpcAddr, httpAddr := logs.waitAddrs(t)
 	if got, err := os.ReadFile(cfg.AddrFile); err != nil || string(got) != fmt.Sprintf("grpc=%s http=%s\n", grpcAddr, httpAddr) {

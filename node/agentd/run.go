@@ -1,4 +1,4 @@
-package main
+package agentd
 
 import (
 	"context"
@@ -36,10 +36,10 @@ const (
 	idleTimeout       = 2 * time.Minute  // keep-alive connections of routers are reused, then reaped
 )
 
-// run is the node agent's life (STYLE.md §4): build in dependency order, start health as
+// Run is the node agent's life (STYLE.md §4): build in dependency order, start health as
 // NOT_SERVING, serve, flip to SERVING, and when ctx ends (SIGTERM) drain in reverse within
 // cfg.DrainTimeout. It returns nil after a clean drain.
-func run(ctx context.Context, cfg Config, stderr io.Writer) error {
+func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	level, err := parseLogLevel(cfg.LogLevel)
 	if err != nil {
 		return err
