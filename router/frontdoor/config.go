@@ -1,0 +1,96 @@
+package frontdoor
+
+import (
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+)
+
+// MaxBodyBytes caps a request body at 8 MiB: twice the simulated engine's 4 MiB cap, which holds a
+// 128k-token prompt as a JSON id array (~7 bytes per id), so whatever an engine accepts passes,
+// while one request can still not make the router buffer an unbounded body (the body is held in
+// memory once, to be tokenised and replayed on a retry).
+const MaxBodyBytes = 8 << 20
+
+// maxErrorBodyBytes bounds how much of a failed (5xx) upstream response is kept to relay if the
+// retry fails too: OpenAI-shaped errors are a few hundred bytes.
+const maxErrorBodyBytes = 64 << 10
+
+// maxUsageScanBytes bounds how much of a non-streaming response is kept to read its usage when
+// the engine sent no X-Prefixmesh-Cached-Tokens header: 1 MiB holds any completion's JSON
+// envelope; beyond that the response is relayed without measuring it.
+const maxUsageScanBytes = 1 << 20
+
+// Config.Tokenizer values besides the embedded vocabularies.
+const (
+	// TokenizerEngine asks a healthy node's engine (POST /tokenize).
+	TokenizerEngine = "engine"
+	// TokenizerNone accepts only token-id prompts; text and chat prompts are answered 400.
+	TokenizerNone = "none"
+)
+
+// Config configures the front door. cmd/router maps its flags to it one to one.
+type Config struct {
+	// Tokenizer tokenises text prompts: an embedded vocabulary of internal/tokenizer
+	// (cl100k_base, the simulated engine's default), TokenizerEngine to ask a healthy node's
+	// engine, for models whose vocabulary the router does not embed, or TokenizerNone.
+	Tokenizer string
+	// MaxInFlight bounds the requests the front door proxies at once; one more is answered 429
+	// at once (no queue: a queue in front of queues only adds latency). 4096 streams of a few
+	// KB of buffers each is well within one router's memory and above what 64 nodes × 64
+	// sequences can serve.
+	MaxInFlight int
+	// MaxBodyBytes caps request bodies; see the MaxBodyBytes constant.
+	MaxBodyBytes int64
+	// ConnectTimeout bounds dialling an engine: 2 s; loopback or in-cluster connects take
+	// microseconds, and a connect error is retried on another node, so waiting long only delays
+	// the retry.
+	ConnectTimeout time.Duration
+	// UpstreamTimeout bounds a whole upstream request, 0 (default) for none: generation time
+	// grows with max_tokens, so the client's own deadline (its context) is the right bound.
+	UpstreamTimeout time.Duration
+	// TLS, when set, makes the server speak HTTPS (set ClientAuth for mTLS from clients).
+	TLS *tls.Config
+	// UpstreamTLS, when set, is used for https:// engine URLs (client certificates for mTLS
+	// toward the nodes).
+	UpstreamTLS *tls.Config
+	// MaxIdleConnsPerHost keeps this many idle connections to each engine: 256, so a burst of
+	// concurrent requests to one node reuses connections instead of dialling (Go's default of
+	// 2 would reopen connections under any concurrency).
+	MaxIdleConnsPerHost int
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Tokenizer:           tokenizer.CL100kBase,
+		MaxInFlight:         4096,
+		MaxBodyBytes:        MaxBodyBytes,
+		ConnectTimeout:      2 * time.Second,
+		MaxIdleConnsPerHost: 256,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxInFlight <= 0:
+		return fmt.Errorf("%w: MaxInFlight %d must be positive", ErrConfig, c.MaxInFlight)
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("%w: MaxBodyBytes %d must be positive", ErrConfig, c.MaxBodyBytes)
+	case c.ConnectTimeout <= 0:
+		return fmt.Errorf("%w: ConnectTimeout %v must be positive", ErrConfig, c.ConnectTimeout)
+	case c.UpstreamTimeout < 0:
+		return fmt.Errorf("%w: UpstreamTimeout %v must not be negative", ErrConfig, c.UpstreamTimeout)
+	case c.MaxIdleConnsPerHost < 0:
+		return fmt.Errorf("%w: MaxIdleConnsPerHost %d must not be negative", ErrConfig, c.MaxIdleConnsPerHost)
+	}
+	if c.Tokenizer != TokenizerEngine && c.Tokenizer != TokenizerNone {
+		if _, err := tokenizer.New(c.Tokenizer); err != nil {
+			return fmt.Errorf("%w: Tokenizer: %w", ErrConfig, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package frontdoor
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the front door's Prometheus series.
+type metrics struct {
+	requests      *prometheus.CounterVec   // endpoint, code
+	decisions     *prometheus.CounterVec   // node, policy, reason
+	estimateExact prometheus.Counter       // requests whose estimate equalled cached_tokens
+	estimateSeen  prometheus.Counter       // requests with both an estimate and cached_tokens
+	estimateError prometheus.Histogram     // |estimate − cached_tokens| in tokens
+	ttft          prometheus.Histogram     // seconds to the first token (streams) or the response
+	latency       *prometheus.HistogramVec // endpoint
+	retries       prometheus.Counter
+	ejections     *prometheus.CounterVec // node
+	rejected      *prometheus.CounterVec // reason: overloaded, draining, too_large
+	inflight      prometheus.Gauge
+}
+
+// latencyBuckets span a cached short prompt (ms) to a long generation (minutes).
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 14)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "prefixmesh", "frontdoor"
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "requests_total",
+			Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
+			Help: "Routing decisions by chosen node, policy and reason (retries included)."}, []string{"node", "policy", "reason"}),
+		estimateExact: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_exact_total",
+			Help: "Requests whose estimated matched tokens equalled the engine's cached_tokens."}),
+		estimateSeen: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_compared_total",
+			Help: "Requests whose engine reported cached_tokens (the denominator of estimate accuracy)."}),
+		estimateError: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "estimate_abs_error_tokens",
+			Help:    "Absolute difference between the estimated matched tokens and the engine's cached_tokens.",
+			Buckets: append([]float64{0}, prometheus.ExponentialBuckets(16, 2, 12)...)}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "ttft_seconds",
+			Help: "Time from arrival to the first output token relayed (streams) or to the response headers.", Buckets: latencyBuckets}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "request_duration_seconds",
+			Help: "Time from arrival to the end of the response.", Buckets: latencyBuckets}, []string{"endpoint"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
+			Help: "Requests retried on another node after a connect error or a 5xx before streaming."}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ejections_total",
+			Help: "Nodes ejected by passive health."}, []string{"node"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
+			Help: "Requests refused before routing, by reason."}, []string{"reason"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
+			Help: "Requests being proxied now."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.estimateExact, m.estimateSeen,
+		m.estimateError, m.ttft, m.latency, m.retries, m.ejections, m.rejected, m.inflight} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ObserveEjection counts an ejection; pass it to Health.OnEject.
+func (s *Server) ObserveEjection(nodeID string) { s.met.ejections.WithLabelValues(nodeID).Inc() }

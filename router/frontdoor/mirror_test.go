@@ -1,0 +1,48 @@
+package frontdoor
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/cluster"
+)
+
+type fakeMirror []cluster.NodeStatus
+
+func (f fakeMirror) Nodes() []cluster.NodeStatus { return f }
+
+// MirrorNodes lists synced nodes with an engine URL, with their load and its age.
+func TestMirrorNodes(t *testing.T) {
+	now := time.Unix(100, 0)
+	m := fakeMirror{
+		{Meta: cluster.Meta{NodeID: "a", EngineURL: "http://a", Model: "m", BlockSize: 16, KVCapacity: 99},
+			Load: cluster.Load{Running: 2, Waiting: 1, QueuedPrefillTokens: 300}, LoadRecv: now.Add(-time.Second), Synced: true},
+		{Meta: cluster.Meta{NodeID: "b", EngineURL: "http://b"}, Synced: false},
+		{Meta: cluster.Meta{NodeID: "c"}, Synced: true},
+	}
+	got := MirrorNodes{M: m, Now: func() time.Time { return now }}.Nodes()
+	if len(got) != 1 {
+		t.Fatalf("nodes %+v", got)
+	}
+	in := got[0].Info
+	if got[0].EngineURL != "http://a" || in.ID != "a" || !in.Alive || in.Model != "m" || in.BlockSize != 16 ||
+		in.Running != 2 || in.Waiting != 1 || in.QueuedPrefillTokens != 300 || in.CapacityBlocks != 99 || in.LoadAge != time.Second {
+		t.Fatalf("node %+v", got[0])
+	}
+}
+
+// With --tokenizer none, token ids are routed and text is refused with 400.
+func TestTokenizerNone(t *testing.T) {
+	f := startFleet(t, fleetOpts{nodes: 1, cfg: func(c *Config) { c.Tokenizer = TokenizerNone }})
+	r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", `{"prompt":[1,2,3],"max_tokens":1}`, nil)
+	if err != nil || r.status != 200 {
+		t.Fatalf("ids: %+v %v", r, err)
+	}
+	resp, err := http.Post(f.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"text"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkError(t, "text without tokenizer", resp, http.StatusBadRequest, codeInvalid, "token ids")
+}

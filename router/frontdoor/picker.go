@@ -1,0 +1,74 @@
+package frontdoor
+
+import (
+	"context"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// Picker chooses the node that serves a request. The router's view of the cluster implements it
+// (PolicyPicker does, over any NodeSource). Implementations are safe for concurrent use.
+type Picker interface {
+	// Pick chooses a node for req, never one whose id is in exclude. It returns ErrNoNodes when
+	// no node can serve the request (none alive, none serving the model, all excluded or
+	// ejected) and ErrOverloaded when every candidate is over its load bound. The caller must
+	// call the returned Pick's Done exactly once.
+	Pick(ctx context.Context, req *PickRequest, exclude []string) (Pick, error)
+	// Models returns the union of the models the nodes serve, sorted.
+	Models() []string
+}
+
+// PickRequest is what routing needs to know about a request.
+type PickRequest struct {
+	Tokens     []uint32 // the prompt's token ids, as the engine will see them
+	AdapterID  uint64   // 0 = base model
+	Model      string   // the base model ("" = any node)
+	SessionKey uint64   // 0 = none
+}
+
+// Pick is a routing decision. Done must be called exactly once, when the request has ended (it
+// lets the view decrement its in-flight count and record the outcome); FirstToken, when not nil,
+// is called at most once, when the first output token reached the client (the request's prefill
+// is over).
+type Pick struct {
+	NodeID                 string
+	EngineURL              string // scheme://host:port of the node's OpenAI-compatible engine
+	EstimatedMatchedTokens int
+	Policy                 string
+	Reason                 string
+	Done                   func(Outcome)
+	FirstToken             func()
+}
+
+// Outcome is how a routed request ended.
+type Outcome struct {
+	Status       int           // HTTP status relayed to the client (0: the upstream was not reached)
+	Err          error         // transport error, nil when the upstream answered
+	CachedTokens int           // the engine's cached_tokens, -1 when it did not say
+	TTFT         time.Duration // to the first output token (streams) or the response (otherwise)
+	Latency      time.Duration
+}
+
+// NodeTarget is one node as a NodeSource reports it: the routing view plus where its engine is.
+type NodeTarget struct {
+	Info      routing.NodeInfo
+	EngineURL string
+}
+
+// NodeSource lists the nodes the router knows. The gossip view implements it; tests use a fixed
+// list. Nodes is called once per decision and must be cheap; callers do not modify the slice.
+type NodeSource interface {
+	Nodes() []NodeTarget
+}
+
+// Ejector reports whether passive health has taken a node out of routing (Health implements it).
+type Ejector interface {
+	Ejected(nodeID string) bool
+}
+
+// HealthReporter receives the outcome of every attempt to reach a node (Health implements it).
+type HealthReporter interface {
+	ReportFailure(nodeID string)
+	ReportSuccess(nodeID string)
+}

@@ -1,0 +1,136 @@
+package frontdoor
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+func newTestPicker(t *testing.T, n int, cfg PolicyPickerConfig) (*PolicyPicker, *nodeList, *routing.Index) {
+	t.Helper()
+	list := &nodeList{}
+	var targets []NodeTarget
+	for i := range n {
+		targets = append(targets, target(fmt.Sprintf("n%d", i), fmt.Sprintf("http://n%d", i)))
+	}
+	list.set(targets)
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, list, idx
+}
+
+func seqTokens(n int, base uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = base + uint32(i)
+	}
+	return out
+}
+
+// The picker follows the index, counts its own in-flight load until Done (once), and the overlay
+// keeps a burst on a new prefix together before any summary reports it.
+func TestPolicyPicker(t *testing.T) {
+	p, _, idx := newTestPicker(t, 4, PolicyPickerConfig{})
+	toks := seqTokens(64, 1000)
+	// n2 holds the first 3 blocks.
+	idx.ReplaceNode("n2", 1, 1, local.BlockHashes(toks[:48], 16, 0))
+	pk, err := p.Pick(t.Context(), &PickRequest{Tokens: toks, Model: simModel}, nil)
+	if err != nil || pk.NodeID != "n2" || pk.EstimatedMatchedTokens != 48 || pk.EngineURL != "http://n2" || pk.Policy != "prefixmesh" {
+		t.Fatalf("pick %+v %v", pk, err)
+	}
+	if p.InFlight("n2") != 1 {
+		t.Fatalf("in-flight %d", p.InFlight("n2"))
+	}
+	pk.FirstToken()
+	pk.Done(Outcome{Status: 200})
+	pk.Done(Outcome{Status: 200})
+	if p.InFlight("n2") != 0 || len(p.load) != 0 {
+		t.Fatalf("in-flight after Done: %d (%v)", p.InFlight("n2"), p.load)
+	}
+	// Excluding n2 sends it elsewhere.
+	pk2, err := p.Pick(t.Context(), &PickRequest{Tokens: toks, Model: simModel}, []string{"n2"})
+	if err != nil || pk2.NodeID == "n2" || pk2.EstimatedMatchedTokens != 0 {
+		t.Fatalf("pick excluding n2: %+v %v", pk2, err)
+	}
+	pk2.Done(Outcome{})
+
+	// A new prefix: the first request's hashes go into the overlay, so the second follows it.
+	fresh := seqTokens(80, 5000)
+	a, err := p.Pick(t.Context(), &PickRequest{Tokens: fresh}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Done(Outcome{})
+	b, err := p.Pick(t.Context(), &PickRequest{Tokens: fresh}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Done(Outcome{})
+	if b.NodeID != a.NodeID || b.EstimatedMatchedTokens != 80 {
+		t.Fatalf("burst split: %s then %s (estimate %d)", a.NodeID, b.NodeID, b.EstimatedMatchedTokens)
+	}
+
+	// Unknown model, every node excluded: ErrNoNodes.
+	if _, err := p.Pick(t.Context(), &PickRequest{Tokens: toks, Model: "other"}, nil); !errors.Is(err, ErrNoNodes) {
+		t.Fatalf("unknown model: %v", err)
+	}
+	if _, err := p.Pick(t.Context(), &PickRequest{Tokens: toks}, []string{"n0", "n1", "n2", "n3"}); !errors.Is(err, ErrNoNodes) {
+		t.Fatalf("all excluded: %v", err)
+	}
+	if got := p.Models(); len(got) != 1 || got[0] != simModel {
+		t.Fatalf("models %v", got)
+	}
+}
+
+// Session affinity: a conversation stays on one node while it is within the load bound.
+func TestPolicyPickerSessionAffinity(t *testing.T) {
+	p, _, _ := newTestPicker(t, 4, PolicyPickerConfig{})
+	first := ""
+	for i := range 8 {
+		pk, err := p.Pick(t.Context(), &PickRequest{Tokens: seqTokens(40, uint32(100*i)), SessionKey: sessionKey("conv-1")}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pk.Done(Outcome{})
+		if first == "" {
+			first = pk.NodeID
+		}
+		if pk.NodeID != first || pk.Reason != routing.ReasonSession {
+			t.Fatalf("turn %d went to %s (%s), session is on %s", i, pk.NodeID, pk.Reason, first)
+		}
+	}
+}
+
+// With the embedded tokenizer replaced by the engine's /tokenize, estimates still equal the
+// engine's cached_tokens: both sides tokenise with the same code.
+func TestEngineTokenizer(t *testing.T) {
+	f := startFleet(t, fleetOpts{nodes: 2, cfg: func(c *Config) { c.Tokenizer = TokenizerEngine }})
+	msgs := []tokenizer.ChatMessage{{Role: "system", Content: systemPrompt(1)}}
+	for turn := range 4 {
+		msgs = append(msgs, tokenizer.ChatMessage{Role: "user", Content: fmt.Sprintf("turn %d", turn)})
+		f.syncIndex(t)
+		r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/chat/completions", chatBody(msgs, turn%2 == 0, 4), nil)
+		if err != nil || r.status != 200 {
+			t.Fatalf("turn %d: %+v %v", turn, r, err)
+		}
+		if r.estimate != r.cached || (turn > 0 && r.cached == 0) {
+			t.Fatalf("turn %d: estimate %d, cached %d", turn, r.estimate, r.cached)
+		}
+		msgs = append(msgs, tokenizer.ChatMessage{Role: "assistant", Content: r.text})
+	}
+	if _, err := New(Config{Tokenizer: TokenizerEngine, MaxInFlight: 1, MaxBodyBytes: 1, ConnectTimeout: 1}, Deps{Picker: f.picker}); err == nil {
+		t.Fatal("engine tokenizer without Deps.Nodes accepted")
+	}
+}

@@ -1,0 +1,121 @@
+package frontdoor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+)
+
+// maxTokenizeResponseBytes bounds an engine's /tokenize answer: 16 MiB holds the ids of a prompt
+// at the body cap (8 MiB of text is at most 8Mi tokens in the worst case, ~2 bytes each in JSON
+// for small ids; real vocabularies give fewer, longer ids).
+const maxTokenizeResponseBytes = 16 << 20
+
+// promptTokenizer turns a request's prompt into the token ids the engine will see.
+type promptTokenizer interface {
+	tokens(ctx context.Context, g *genRequest, model string) ([]uint32, error)
+}
+
+// embeddedTokenizer uses a vocabulary compiled into the router: the same code as the engine's.
+type embeddedTokenizer struct{ tok tokenizer.Tokenizer }
+
+func (e embeddedTokenizer) tokens(_ context.Context, g *genRequest, _ string) ([]uint32, error) {
+	switch {
+	case g.chat:
+		return e.tok.Encode(tokenizer.RenderChat(g.msgs)), nil
+	case g.tokens != nil:
+		return g.tokens, nil
+	}
+	return e.tok.Encode(g.text), nil
+}
+
+// idsOnly accepts token-id prompts only (TokenizerNone).
+type idsOnly struct{}
+
+func (idsOnly) tokens(_ context.Context, g *genRequest, _ string) ([]uint32, error) {
+	if !g.chat && g.tokens != nil {
+		return g.tokens, nil
+	}
+	return nil, badRequest("this router has no tokenizer (--tokenizer %s): send the prompt to /v1/completions as an array of token ids", TokenizerNone)
+}
+
+// engineTokenizer asks a healthy node's engine (POST /tokenize), trying a second node if the
+// first fails: for models whose vocabulary the router does not embed.
+type engineTokenizer struct {
+	src     NodeSource
+	ejector Ejector // may be nil
+	client  *http.Client
+}
+
+// engineTokenizeAttempts is how many nodes are asked before giving up: one retry, as for
+// generation.
+const engineTokenizeAttempts = 2
+
+func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model string) ([]uint32, error) {
+	if !g.chat && g.tokens != nil {
+		return g.tokens, nil
+	}
+	var body []byte
+	var err error
+	if g.chat {
+		body, err = json.Marshal(map[string]any{"model": g.model, "messages": g.msgs})
+	} else {
+		body, err = json.Marshal(map[string]any{"model": g.model, "prompt": g.text})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: encode request: %w", err)
+	}
+	tried := 0
+	var last error = ErrNoNodes
+	for _, n := range e.src.Nodes() {
+		in := &n.Info
+		if !in.Alive || in.Draining || (model != "" && in.Model != model) || (e.ejector != nil && e.ejector.Ejected(in.ID)) {
+			continue
+		}
+		if tried == engineTokenizeAttempts {
+			break
+		}
+		tried++
+		toks, err := e.ask(ctx, n.EngineURL, body)
+		if err == nil {
+			return toks, nil
+		}
+		last = fmt.Errorf("tokenize on %s: %w", in.ID, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, last
+}
+
+func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body []byte) ([]uint32, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engineURL+"/tokenize", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenizeResponseBytes))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	var r struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("decode /tokenize answer: %w", err)
+	}
+	return r.Tokens, nil
+}
