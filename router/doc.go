@@ -6,5 +6,8 @@
 // matched-token estimates that any routing.Policy can choose from. Server is the gRPC Router
 // service over a View and one policy (longest-prefix by default: most matched tokens, ties to
 // the least loaded node, then a rendezvous hash of the first block, so replicas with the same
-// view agree). The HTTP front door and richer policies build on the same View.
+// view agree). Placement pins (DESIGN.md §7) are read through a PinTable, locally: Route and,
+// through PinnedPicker, the HTTP front door consider only the nodes a pinned adapter is pinned
+// to, and any node for an unpinned one. The HTTP front door and richer policies build on the
+// same View.
 package router

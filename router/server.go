@@ -35,6 +35,9 @@ type Config struct {
 	PolicyConfig routing.PolicyConfig
 	// Tokenizer turns text prompts into tokens; nil means requests must carry tokens.
 	Tokenizer tokenizer.Tokenizer
+	// Pins restricts a pinned adapter's requests to its nodes (DESIGN.md §6 "Candidates"); nil
+	// means no adapter is pinned.
+	Pins PinTable
 }
 
 // DefaultConfig returns the first version's policy: longest-prefix with routing's defaults.
@@ -49,6 +52,7 @@ type Server struct {
 	view    *View
 	policy  routing.Policy
 	tok     tokenizer.Tokenizer
+	pins    PinTable
 	seed    maphash.Seed
 	metrics *metrics
 	pool    sync.Pool // *scratch
@@ -74,7 +78,7 @@ func NewServer(view *View, cfg Config, reg prometheus.Registerer) (*Server, erro
 	if err != nil {
 		return nil, fmt.Errorf("router: register metrics: %w", err)
 	}
-	return &Server{view: view, policy: p, tok: cfg.Tokenizer, seed: maphash.MakeSeed(), metrics: m}, nil
+	return &Server{view: view, policy: p, tok: cfg.Tokenizer, pins: cfg.Pins, seed: maphash.MakeSeed(), metrics: m}, nil
 }
 
 // Register adds the Router service to g.
@@ -113,7 +117,12 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 	defer s.pool.Put(sc)
 	s.view.For(tokens, req.GetAdapterId(), &sc.snap)
 	sn := &sc.snap
-	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, req.GetModel(), nil)
+	allowed, pinned := allowedFilter(s.pins, req.GetAdapterId())
+	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, req.GetModel(), allowed)
+	if len(sc.eligible) == 0 && allowed != nil {
+		return nil, status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q: adapter %d is pinned to %v",
+			len(sn.Nodes), req.GetModel(), req.GetAdapterId(), pinned)
+	}
 	if len(sc.eligible) == 0 {
 		return nil, status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q", len(sn.Nodes), req.GetModel())
 	}

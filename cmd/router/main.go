@@ -21,6 +21,7 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"serve": routerd.Main,
 	"sim":   runSim,
 	"pins":  runPins,
+	"demo":  runDemo,
 }
 
 func main() {

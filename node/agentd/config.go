@@ -51,6 +51,10 @@ type Config struct {
 	TLSCert, TLSKey string
 	// TLSClientCA, when set, turns on mutual TLS: clients must present a certificate signed by it.
 	TLSClientCA string
+	// PinsAddr is a router's gRPC address (in Kubernetes, the router Service) whose pin table the
+	// node follows to hold its prefix pins. Default "": with gossip on, any router that runs a
+	// pin-store voter, found in gossip; without gossip, no pins.
+	PinsAddr string
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string
 	// DrainTimeout bounds a graceful shutdown: 20 s, under Kubernetes' default 30 s termination
@@ -141,6 +145,9 @@ func (c Config) Validate() error {
 	case c.TLSClientCA != "" && c.TLSCert == "":
 		return bad("--tls-client-ca: needs --tls-cert and --tls-key (mTLS is TLS plus client certificates)")
 	}
+	if c.PinsAddr != "" && !strings.Contains(c.PinsAddr, ":") {
+		return bad("--pins-addr %q: want host:port", c.PinsAddr)
+	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return bad("--log-level: %v", err)
 	}
@@ -228,6 +235,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "gRPC server certificate `file` (PEM); empty serves plaintext")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "gRPC server private key `file` (PEM)")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "CA `file` (PEM) for client certificates; setting it requires mutual TLS")
+	fs.StringVar(&cfg.PinsAddr, "pins-addr", cfg.PinsAddr, "router gRPC `host:port` to follow the pin table from (default: routers found in gossip)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish before closing them")
 	fs.StringVar(&cfg.AddrFile, "addr-file", cfg.AddrFile, "write the bound addresses (\"grpc=… http=…\") to this `file` once listening")

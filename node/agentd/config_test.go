@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, flag := range []string{"-grpc-listen", "-http-listen", "-node-id", "-block-size", "-kv-blocks", "-engine", "-engine-url",
 		"-model", "-tls-cert", "-tls-key", "-tls-client-ca", "-log-level", "-drain-timeout", "-validate-only", "-addr-file",
-		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-config"} {
+		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-config", "-pins-addr"} {
 		if !strings.Contains(stderr.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}

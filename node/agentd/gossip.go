@@ -17,7 +17,7 @@ import (
 // a memberlist member whose metadata names this node, its epoch (the NodeCache server's, so
 // that a router's repair pull matches), its gRPC and engine addresses, and that publishes the
 // tree's summary journal and the engine's load to every router.
-func startGossip(ctx context.Context, cfg Config, tree *local.RadixTree, epoch uint64, grpcAddr net.Addr,
+func startGossip(ctx context.Context, cfg Config, tree *local.RadixTree, epoch uint64, grpcAddr, httpAddr net.Addr,
 	load cluster.LoadFunc, logger *slog.Logger, reg prometheus.Registerer) (*cluster.Agent, error) {
 	if cfg.Gossip.Listen == "" {
 		return nil, nil
@@ -34,7 +34,7 @@ func startGossip(ctx context.Context, cfg Config, tree *local.RadixTree, epoch u
 	if cfg.Engine == engineSim {
 		gc.Meta.KVCapacity = uint64(cfg.KVBlocks)
 		if cfg.EngineURL == "" {
-			gc.Meta.EngineURL = "http://" + reachableHTTP(cfg.HTTPListen, gc.AdvertiseAddr)
+			gc.Meta.EngineURL = "http://" + reachableAddr(httpAddr, gc.AdvertiseAddr) // the bound port, not a listen port 0
 		}
 	}
 	gc.Logger = logger.With("component", "gossip")
@@ -75,17 +75,6 @@ func reachableAddr(a net.Addr, advertise string) string {
 		return tcp.String()
 	}
 	return net.JoinHostPort(hostFor(advertise), strconv.Itoa(tcp.Port))
-}
-
-func reachableHTTP(listen, advertise string) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return listen
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = hostFor(advertise)
-	}
-	return net.JoinHostPort(host, port)
 }
 
 func hostFor(advertise string) string {

@@ -3,9 +3,11 @@
 // on what this node holds) and serves it over gRPC as NodeCache, next to grpc.health.v1 and server
 // reflection; its HTTP listener serves /metrics, /healthz and, with --engine=sim (the default), a
 // simulated engine speaking the OpenAI API over the same cache. With --gossip-listen it joins the
-// cluster and publishes its summary and load to routers. When its context ends it reports
-// NOT_SERVING, leaves the cluster, drains within --drain-timeout and returns. config.go holds the
-// flags, run.go the lifecycle, engine.go the engine wiring, gossip.go the cluster wiring.
+// cluster and publishes its summary and load to routers. It follows the Raft pin table from a
+// router (--pins-addr, or the routers gossip knows) and holds the prefix pins that name this
+// node in its cache. When its context ends it reports NOT_SERVING, leaves the cluster, drains
+// within --drain-timeout and returns. config.go holds the flags, run.go the lifecycle,
+// engine.go the engine wiring, gossip.go the cluster wiring, pins.go the pin follower.
 package agentd
 
 import (

@@ -110,11 +110,22 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	// 6b. Gossip (with --gossip-listen): publish this node's summary and load to the routers.
-	agent, err := startGossip(ctx, cfg, tree, cacheSrv.Epoch(), grpcLis.Addr(), engineLoad, logger, reg)
+	agent, err := startGossip(ctx, cfg, tree, cacheSrv.Epoch(), grpcLis.Addr(), httpLis.Addr(), engineLoad, logger, reg)
 	if err != nil {
 		_ = grpcLis.Close()
 		_ = httpLis.Close()
 		return fmt.Errorf("gossip: %w", err)
+	}
+
+	// 6c. Pins: follow the pin table and hold this node's prefix pins in the tree.
+	pinned, err := startPins(ctx, cfg, tree, agent, logger.With("component", "pins"), reg)
+	if err != nil {
+		if agent != nil {
+			_ = agent.Close(context.Background())
+		}
+		_ = grpcLis.Close()
+		_ = httpLis.Close()
+		return fmt.Errorf("pins: %w", err)
 	}
 
 	served := make(chan error, 2)
@@ -156,6 +167,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		cancelLeave()
 	}
 	drain(logger, cfg.DrainTimeout, healthSrv, grpcSrv, httpSrv)
+	pinned.close() // releases the prefix pins' holds
 	cancelEngine()
 	closeEngine()
 	for ; pending > 0; pending-- {

@@ -6,30 +6,79 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // ServeConfig is `prefixmesh-router serve`'s configuration; every field maps 1:1 to a flag.
 type ServeConfig struct {
-	// GRPCListen serves Router, grpc.health.v1 and reflection. Default 0.0.0.0:7080: clients are
-	// on other hosts, and 7080 sits beside the node agent's 7070.
+	// GRPCListen serves Router, Pins, grpc.health.v1 and reflection. Default 0.0.0.0:7080:
+	// clients are on other hosts, and 7080 sits beside the node agent's 7070.
 	GRPCListen string
 	// GRPCAdvertise is the gRPC address put in gossip metadata; default: the bound address.
 	GRPCAdvertise string
-	// HTTPListen serves /metrics and /healthz. Default 0.0.0.0:8081 (8080 is the node's engine).
+	// HTTPListen serves the OpenAI-compatible front door, /metrics and /healthz. Default
+	// 0.0.0.0:8081 (8080 is the node's engine).
 	HTTPListen string
-	// NodeID names this router in gossip. Default: the hostname (the pod name under Kubernetes).
+	// NodeID names this router in gossip and Raft. Default: the hostname (the pod name under
+	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
-	// Policy is the routing policy: longest-prefix, the first version's simplest sound rule.
+	// Policy is the routing policy of both the front door and Route: prefixmesh, the expected
+	// time to first token under a bounded-load guard (DESIGN.md §6).
 	Policy string
-	// Tokenizer tokenises text prompts: cl100k_base; "none" requires token ids.
+	// LoadFactor is the bounded-load guard's c: 1.25, routing.DefaultPolicyConfig's (Mirrokni
+	// et al. 2016).
+	LoadFactor float64
+	// Tokenizer tokenises text prompts: cl100k_base (the simulated engine's), bytes, engine
+	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
+	// MaxInFlight bounds the front door's concurrent requests (429 beyond): 4096, see
+	// frontdoor.Config.MaxInFlight.
+	MaxInFlight int
+
+	// TLSCert and TLSKey are this router's identity inside the cluster (PEM files): the gRPC
+	// server and the Raft transport serve with them, and they are the client certificate when
+	// the router dials nodes (summary repair) and other routers (write forwarding, Raft).
+	// Empty: plaintext.
+	TLSCert, TLSKey string
+	// TLSClientCA is the cluster CA: set, the gRPC server and Raft require client certificates
+	// it signed (mTLS), and outbound connections verify servers against it.
+	TLSClientCA string
+	// HTTPTLSCert and HTTPTLSKey make the front door speak HTTPS; HTTPTLSClientCA also requires
+	// client certificates. Separate from --tls-*: OpenAI clients and Prometheus are outside the
+	// cluster's mTLS.
+	HTTPTLSCert, HTTPTLSKey, HTTPTLSClientCA string
+	// UpstreamTLSCA verifies https:// engines (default: the system roots); UpstreamTLSCert and
+	// UpstreamTLSKey are the router's client certificate toward engines that require mTLS.
+	UpstreamTLSCA, UpstreamTLSCert, UpstreamTLSKey string
+
+	// RaftListen is the pin store's Raft transport: 127.0.0.1:7000 by default (loopback: a
+	// single router needs no peers; Helm sets :7000). "" runs no pin store: the router follows
+	// the pin table of a voter router found in gossip.
+	RaftListen string
+	// RaftAdvertise is the Raft address other routers dial; default: the listen address (an
+	// unspecified host is replaced by the gossip advertise host or the first private address).
+	RaftAdvertise string
+	// RaftDir holds the Raft log and snapshots: ./data/raft (Helm: the StatefulSet's volume).
+	RaftDir string
+	// RaftBootstrapExpect is how many voter routers form a new pin cluster: 1 (default)
+	// bootstraps a one-voter cluster at once; N > 1 waits until gossip shows N voter routers,
+	// and the one whose node id sorts first bootstraps while the others wait for its leader to
+	// add them; 0 never bootstraps. Ignored when RaftDir already holds state.
+	RaftBootstrapExpect int
+	// RaftVoter runs a Raft member (default true). False: no local store; the router follows
+	// the pin table from a voter router, like node agents do.
+	RaftVoter bool
+
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string
 	// DrainTimeout bounds a graceful shutdown: 20 s, under Kubernetes' default 30 s grace period.
@@ -39,7 +88,7 @@ type ServeConfig struct {
 	// out of service (the unsynced nodes are logged and left out of routing until they sync).
 	// 0 waits forever.
 	SyncTimeout time.Duration
-	// AddrFile, when set, receives "grpc=… http=… gossip=…" once listening (for port 0).
+	// AddrFile, when set, receives "grpc=… http=… gossip=… raft=…" once listening (for port 0).
 	AddrFile string
 	// ValidateOnly parses and validates, prints "ok" and exits.
 	ValidateOnly bool
@@ -54,21 +103,38 @@ func DefaultServeConfig() ServeConfig {
 		host = "prefixmesh-router"
 	}
 	return ServeConfig{
-		GRPCListen:   "0.0.0.0:7080",
-		HTTPListen:   "0.0.0.0:8081",
-		NodeID:       host,
-		Policy:       routing.PolicyLongestPrefix,
-		Tokenizer:    "cl100k_base",
-		LogLevel:     "info",
-		DrainTimeout: 20 * time.Second,
-		SyncTimeout:  30 * time.Second,
-		Gossip:       cluster.DefaultFlags(),
+		GRPCListen:          "0.0.0.0:7080",
+		HTTPListen:          "0.0.0.0:8081",
+		NodeID:              host,
+		Policy:              routing.PolicyPrefixMesh,
+		LoadFactor:          routing.DefaultPolicyConfig().LoadFactor,
+		Tokenizer:           tokenizer.CL100kBase,
+		MaxInFlight:         frontdoor.DefaultConfig().MaxInFlight,
+		RaftListen:          "127.0.0.1:7000",
+		RaftDir:             "./data/raft",
+		RaftBootstrapExpect: 1,
+		RaftVoter:           true,
+		LogLevel:            "info",
+		DrainTimeout:        20 * time.Second,
+		SyncTimeout:         30 * time.Second,
+		Gossip:              cluster.DefaultFlags(),
 	}
 }
 
 var errServeConfig = errors.New("invalid configuration")
 
-// Validate reports the first invalid field, named by its flag.
+// raftEnabled reports whether this router runs a pin-store member.
+func (c ServeConfig) raftEnabled() bool { return c.RaftListen != "" && c.RaftVoter }
+
+// policyConfig is the routing policy configuration the flags describe.
+func (c ServeConfig) policyConfig() routing.PolicyConfig {
+	pc := routing.DefaultPolicyConfig()
+	pc.LoadFactor = c.LoadFactor
+	return pc
+}
+
+// Validate reports the first invalid field, named by its flag. It reads no files except to
+// check that the TLS files exist.
 func (c ServeConfig) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", errServeConfig, fmt.Sprintf(format, args...))
@@ -81,8 +147,22 @@ func (c ServeConfig) Validate() error {
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
 	}
-	if _, err := routing.NewPolicy(c.Policy, routing.DefaultPolicyConfig()); err != nil {
-		return bad("--policy %q: one of %s", c.Policy, strings.Join(routing.PolicyNames(), ", "))
+	if _, err := routing.NewPolicy(c.Policy, c.policyConfig()); err != nil {
+		if !slices.Contains(routing.PolicyNames(), c.Policy) {
+			return bad("--policy %q: one of %s", c.Policy, strings.Join(routing.PolicyNames(), ", "))
+		}
+		return bad("--load-factor %v: %v", c.LoadFactor, err)
+	}
+	switch c.Tokenizer {
+	case frontdoor.TokenizerEngine, frontdoor.TokenizerNone:
+	default:
+		if _, err := tokenizer.New(c.Tokenizer); err != nil {
+			return bad("--tokenizer %q: %s, %s, %s or %s", c.Tokenizer, tokenizer.CL100kBase, tokenizer.Bytes,
+				frontdoor.TokenizerEngine, frontdoor.TokenizerNone)
+		}
+	}
+	if c.MaxInFlight <= 0 {
+		return bad("--max-inflight %d: must be positive", c.MaxInFlight)
 	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -97,6 +177,65 @@ func (c ServeConfig) Validate() error {
 	if err := c.Gossip.Validate(); err != nil {
 		return bad("%v", err)
 	}
+	if err := c.validateRaft(); err != nil {
+		return bad("%v", err)
+	}
+	return c.validateTLS()
+}
+
+func (c ServeConfig) validateRaft() error {
+	if c.RaftListen == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(c.RaftListen)
+	if err != nil {
+		return fmt.Errorf("--raft-listen %q: want host:port: %w", c.RaftListen, err)
+	}
+	switch {
+	case c.RaftDir == "" && c.RaftVoter:
+		return errors.New("--raft-dir: must not be empty")
+	case c.RaftBootstrapExpect < 0:
+		return fmt.Errorf("--raft-bootstrap-expect %d: must not be negative", c.RaftBootstrapExpect)
+	case c.RaftBootstrapExpect > 1 && port == "0" && c.RaftAdvertise == "":
+		// Peers learn our Raft address from gossip before the store binds: it must be known.
+		return fmt.Errorf("--raft-bootstrap-expect %d: needs a fixed --raft-listen port or --raft-advertise", c.RaftBootstrapExpect)
+	}
+	if c.RaftAdvertise != "" {
+		if _, _, err := net.SplitHostPort(c.RaftAdvertise); err != nil {
+			return fmt.Errorf("--raft-advertise %q: want host:port: %w", c.RaftAdvertise, err)
+		}
+	}
+	return nil
+}
+
+func (c ServeConfig) validateTLS() error {
+	pairs := []struct{ cert, key, ca, name string }{
+		{c.TLSCert, c.TLSKey, c.TLSClientCA, "--tls"},
+		{c.HTTPTLSCert, c.HTTPTLSKey, c.HTTPTLSClientCA, "--http-tls"},
+	}
+	for _, p := range pairs {
+		if (p.cert == "") != (p.key == "") {
+			return fmt.Errorf("%w: %s-cert and %s-key: give both or neither", errServeConfig, p.name, p.name)
+		}
+		if p.ca != "" && p.cert == "" {
+			return fmt.Errorf("%w: %s-client-ca: needs %s-cert and %s-key", errServeConfig, p.name, p.name, p.name)
+		}
+	}
+	if (c.UpstreamTLSCert == "") != (c.UpstreamTLSKey == "") {
+		return fmt.Errorf("%w: --upstream-tls-cert and --upstream-tls-key: give both or neither", errServeConfig)
+	}
+	for _, f := range []struct{ flag, path string }{
+		{"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey}, {"--tls-client-ca", c.TLSClientCA},
+		{"--http-tls-cert", c.HTTPTLSCert}, {"--http-tls-key", c.HTTPTLSKey}, {"--http-tls-client-ca", c.HTTPTLSClientCA},
+		{"--upstream-tls-ca", c.UpstreamTLSCA}, {"--upstream-tls-cert", c.UpstreamTLSCert}, {"--upstream-tls-key", c.UpstreamTLSKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("%w: %s: %v", errServeConfig, f.flag, err)
+		}
+	}
 	return nil
 }
 
@@ -105,16 +244,33 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.SetOutput(output)
 	fs.Usage = func() {
 		fmt.Fprintf(output, "Usage: prefixmesh-router [serve] [flags]\n\n"+
-			"Joins the gossip cluster, mirrors every node's cache summary and serves Router.Route\n"+
-			"(gRPC), grpc.health.v1 (SERVING once every known node is synced) and reflection.\n\nFlags:\n")
+			"Joins the gossip cluster, mirrors every node's cache summary, keeps the Raft pin table and\n"+
+			"serves the OpenAI-compatible front door (HTTP), Router.Route and Pins (gRPC),\n"+
+			"grpc.health.v1 (SERVING once every known node is synced) and reflection.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen `host:port` (port 0 picks a free port)")
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address)")
-	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for /metrics and /healthz")
-	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip `id` (the hostname unless set)")
+	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
+	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
-	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `name` for text prompts (cl100k_base, bytes, or none)")
+	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
+	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `name` for text prompts: cl100k_base, bytes, engine (front door only) or none")
+	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "front door: `requests` proxied at once before answering 429")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "cluster certificate `file` (PEM) for gRPC and Raft, also the client certificate toward nodes and routers")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "cluster private key `file` (PEM)")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "cluster CA `file` (PEM): require client certificates on gRPC and Raft, verify servers when dialling")
+	fs.StringVar(&cfg.HTTPTLSCert, "http-tls-cert", cfg.HTTPTLSCert, "front door HTTPS certificate `file` (PEM); empty serves plain HTTP")
+	fs.StringVar(&cfg.HTTPTLSKey, "http-tls-key", cfg.HTTPTLSKey, "front door HTTPS private key `file` (PEM)")
+	fs.StringVar(&cfg.HTTPTLSClientCA, "http-tls-client-ca", cfg.HTTPTLSClientCA, "CA `file` (PEM) for front-door client certificates (mTLS)")
+	fs.StringVar(&cfg.UpstreamTLSCA, "upstream-tls-ca", cfg.UpstreamTLSCA, "CA `file` (PEM) verifying https:// engines (default: system roots)")
+	fs.StringVar(&cfg.UpstreamTLSCert, "upstream-tls-cert", cfg.UpstreamTLSCert, "client certificate `file` (PEM) toward engines")
+	fs.StringVar(&cfg.UpstreamTLSKey, "upstream-tls-key", cfg.UpstreamTLSKey, "client private key `file` (PEM) toward engines")
+	fs.StringVar(&cfg.RaftListen, "raft-listen", cfg.RaftListen, "pin store Raft listen `host:port` (\"\" runs no pin store and follows a voter router)")
+	fs.StringVar(&cfg.RaftAdvertise, "raft-advertise", cfg.RaftAdvertise, "Raft `host:port` other routers dial (default: the listen address)")
+	fs.StringVar(&cfg.RaftDir, "raft-dir", cfg.RaftDir, "`directory` of the Raft log and snapshots")
+	fs.IntVar(&cfg.RaftBootstrapExpect, "raft-bootstrap-expect", cfg.RaftBootstrapExpect, "voter routers that form a new pin cluster (`n`); the first by node id bootstraps; 0 never bootstraps")
+	fs.BoolVar(&cfg.RaftVoter, "raft-voter", cfg.RaftVoter, "run a Raft voter (false: follow a voter router's pin table)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish")
 	fs.DurationVar(&cfg.SyncTimeout, "sync-timeout", cfg.SyncTimeout, "serve anyway after this long if some known node has not synced yet (0: wait forever)")

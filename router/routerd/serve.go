@@ -1,3 +1,12 @@
+// Package routerd is the router daemon's life (`prefixmesh-router serve`), importable so that
+// cmd/router and the one-process demo run the same code. It joins the gossip cluster and mirrors
+// every node's cache summary into the routing index; keeps the Raft-replicated pin table as a
+// voter (or follows a voter's); and serves the OpenAI-compatible front door (router/frontdoor)
+// beside /metrics and /healthz on HTTP, and Router.Route, Pins, grpc.health.v1 and reflection
+// on gRPC. Both routing paths read placement pins locally, so a router without Raft quorum keeps
+// routing. config_serve.go holds the flags, serve.go the lifecycle, serve_pins.go the pin plane
+// (store, bootstrap, reconcile with gossip membership, follower), serve_http.go the front door
+// and HTTP mux, serve_tls.go the TLS configurations.
 package routerd
 
 import (
@@ -10,17 +19,18 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
+	"github.com/prefixmesh/prefixmesh/cluster/pins"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router"
@@ -53,38 +63,63 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // Run is the router's life (STYLE.md §4): build in dependency order, health NOT_SERVING until
-// the mirror has synced every node it knows, serve, and on ctx's end leave the cluster and drain
-// in reverse within DrainTimeout.
+// the mirror has synced every node it knows, serve, and on ctx's end drain in reverse within
+// DrainTimeout: NOT_SERVING, the front door finishes its streams, the pin plane stops
+// reconciling, the router leaves gossip, the Raft leader hands over, the servers stop.
 func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tlsCfg, err := loadTLS(cfg)
+	if err != nil {
+		return err
+	}
+	var undo []func() // until the router serves: on a failed or cancelled start, in reverse
+	defer func() {
+		if undo != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
 
-	// 1. Listen first: the gRPC address goes into our gossip metadata.
+	// 1. Listen first: the gRPC address goes into our gossip metadata and the pin store.
 	grpcLis, err := net.Listen("tcp", cfg.GRPCListen)
 	if err != nil {
 		return fmt.Errorf("grpc listen: %w", err)
 	}
+	undo = append(undo, func() { _ = grpcLis.Close() })
 	httpLis, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
-		_ = grpcLis.Close()
 		return fmt.Errorf("http listen: %w", err)
 	}
+	undo = append(undo, func() { _ = httpLis.Close() })
+	grpcAddr := cfg.GRPCAdvertise
+	if grpcAddr == "" {
+		grpcAddr = grpcLis.Addr().String()
+	}
 
-	// 2. The summary index and the gossip agent that feeds it.
+	// 2. The pin plane: a Raft voter starts here when it needs no peers, so that its Raft
+	// address can go into the gossip metadata.
+	plane, err := newPinPlane(ctx, cfg, grpcAddr, advertiseHost(cfg.Gossip.Advertise), tlsCfg, reg,
+		logger.With("component", "pins"), stderr)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, func() { _ = plane.shutdown(context.Background()) })
+
+	// 3. The summary index and the gossip agent that feeds it.
 	idx := routing.NewIndex(routing.DefaultIndexConfig())
-	fetcher := cluster.NewGRPCFetcher()
+	fetcher := cluster.NewGRPCFetcher(tlsCfg.dialOption())
 	defer fetcher.Close()
 	gcfg := cluster.DefaultConfig(cluster.RoleRouter, cfg.NodeID)
 	if err := cfg.Gossip.Apply(&gcfg); err != nil {
 		return err
 	}
-	gcfg.Meta.GRPCAddr = cfg.GRPCAdvertise
-	if gcfg.Meta.GRPCAddr == "" {
-		gcfg.Meta.GRPCAddr = grpcLis.Addr().String()
-	}
+	gcfg.Meta.GRPCAddr = grpcAddr
+	gcfg.Meta.RaftAddr = plane.raftAddr
 	gcfg.Logger = logger.With("component", "gossip")
 	gcfg.Registry = reg
 	agent, err := cluster.New(gcfg, cluster.Deps{Index: idx, Fetcher: fetcher})
@@ -92,21 +127,21 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 
-	// 3. The Route service over the view of mirror + index.
+	// 4. Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
 	rcfg := router.DefaultConfig()
 	rcfg.Policy = cfg.Policy
-	if cfg.Tokenizer != "none" {
-		tok, err := tokenizer.New(cfg.Tokenizer)
-		if err != nil {
-			return fmt.Errorf("--tokenizer: %w", err)
-		}
+	rcfg.PolicyConfig = cfg.policyConfig()
+	rcfg.Pins = plane.table
+	var tokenize pins.TokenizeFunc
+	if tok, err := tokenizer.New(cfg.Tokenizer); err == nil { // engine and none: token ids only
 		rcfg.Tokenizer = tok
+		tokenize = func(text string) ([]uint32, error) { return tok.Encode(text), nil }
 	}
 	routeSrv, err := router.NewServer(router.NewView(agent.Mirror(), idx), rcfg, reg)
 	if err != nil {
 		return err
 	}
-	grpcSrv := grpc.NewServer()
+	grpcSrv := grpc.NewServer(grpc.Creds(tlsCfg.grpcServerCreds()), grpc.ChainStreamInterceptor(plane.streamGate))
 	routeSrv.Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -114,69 +149,62 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	reflection.Register(grpcSrv)
 
-	ready := make(chan struct{})
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-ready:
-			_, _ = io.WriteString(w, "ok\n")
-		default:
-			http.Error(w, "not serving: mirror not synced", http.StatusServiceUnavailable)
-		}
-	})
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-
-	// 4. Join and serve.
-	if err := agent.Start(ctx); err != nil {
-		_ = grpcLis.Close()
-		_ = httpLis.Close()
+	// 5. The OpenAI-compatible front door beside /metrics and /healthz.
+	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, plane.table, reg, logger.With("component", "frontdoor"))
+	if err != nil {
 		return err
 	}
+	var ready atomic.Bool
+	httpSrv := httpServer(ctx, fd, reg, &ready, logger)
+
+	// 6. Join, start the pin store once its bootstrap peers are known, serve.
+	if err := agent.Start(ctx); err != nil {
+		return err
+	}
+	undo = append(undo, func() { _ = agent.Close(context.Background()) })
+	fd.start(ctx)
+	undo = append(undo, func() { _ = fd.shutdown(context.Background()) })
 	served := make(chan error, 2)
-	go func() { served <- serveErr("grpc", grpcSrv.Serve(grpcLis)) }()
-	go func() { served <- serveErr("http", httpSrv.Serve(httpLis)) }()
-	addrs := fmt.Sprintf("grpc=%s http=%s gossip=%s", grpcLis.Addr(), httpLis.Addr(), agent.GossipAddr())
+	go func() { served <- serveErr("http", serveHTTP(httpSrv, httpLis)) }()
+	undo = append(undo, func() { _ = httpSrv.Close(); <-served })
+	raftAddr := plane.raftAddr
+	if raftAddr == "" {
+		raftAddr = "-"
+	}
+	// Listening: gRPC calls that arrive before Serve (below) wait in the listen backlog.
+	addrs := fmt.Sprintf("grpc=%s http=%s gossip=%s raft=%s", grpcLis.Addr(), httpLis.Addr(), agent.GossipAddr(), raftAddr)
 	if cfg.AddrFile != "" {
-		if err := os.WriteFile(cfg.AddrFile, []byte(addrs+"\n"), 0o644); err != nil {
+		if err := writeFileAtomic(cfg.AddrFile, addrs+"\n"); err != nil {
 			logger.Error("write addr file", "err", err)
 		}
 	}
 	logger.Info("listening", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"gossip", agent.GossipAddr(), "node_id", cfg.NodeID, "policy", cfg.Policy)
+		"gossip", agent.GossipAddr(), "raft", plane.raftAddr, "node_id", cfg.NodeID, "policy", cfg.Policy)
+	if err := plane.awaitBootstrap(ctx, agent); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for peers: nothing was served
+		}
+		return err
+	}
+	plane.register(grpcSrv, tokenize)
+	plane.start(ctx, agent)
+	go func() { served <- serveErr("grpc", grpcSrv.Serve(grpcLis)) }()
+	undo = nil // from here on, the drain below stops everything
 
-	// 5. SERVING once every node we know has been synced (and, with seeds, once we know someone).
+	// 7. SERVING once every node we know has been synced (and, with seeds, once we know someone).
 	waitCtx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
+	waitDone := make(chan struct{})
 	go func() {
-		t := time.NewTicker(syncPoll)
-		defer t.Stop()
-		start := time.Now()
-		for {
-			synced := agent.Mirror().Synced() && (len(cfg.Gossip.Join) == 0 || len(agent.Members()) > 1)
-			if synced || (cfg.SyncTimeout > 0 && time.Since(start) > cfg.SyncTimeout) {
-				if !synced {
-					var missing []string
-					for _, n := range agent.Mirror().Nodes() {
-						if !n.Synced {
-							missing = append(missing, n.Meta.NodeID)
-						}
-					}
-					logger.Warn("serving before every node synced", "sync_timeout", cfg.SyncTimeout, "unsynced", missing)
-				}
-				healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-				healthSrv.SetServingStatus(pb.Router_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-				close(ready)
-				logger.Info("serving", "nodes", len(agent.Mirror().Nodes()))
-				return
-			}
-			select {
-			case <-waitCtx.Done():
-				return
-			case <-t.C:
-			}
+		defer close(waitDone)
+		awaitSync(waitCtx, cfg, agent, logger)
+		if waitCtx.Err() != nil {
+			return
 		}
+		healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		healthSrv.SetServingStatus(pb.Router_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		ready.Store(true)
+		logger.Info("serving", "nodes", len(agent.Mirror().Nodes()))
 	}()
 
 	var runErr error
@@ -189,28 +217,24 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		logger.Error("server failed", "err", runErr)
 	}
 
-	// 6. Drain in reverse: NOT_SERVING, leave gossip, finish calls within the deadline.
+	// 8. Drain in reverse, all within DrainTimeout.
 	stopWait()
-	healthSrv.Shutdown()
+	<-waitDone
+	ready.Store(false)
+	healthSrv.Shutdown() // NOT_SERVING, and health Watch streams end
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
+	if err := fd.shutdown(drainCtx); err != nil {
+		logger.Warn("front door drain incomplete", "err", err)
+	}
+	plane.stopLoop() // no reconcile against a membership we are leaving
 	if err := agent.Close(drainCtx); err != nil {
 		logger.Warn("gossip leave", "err", err)
 	}
-	grpcDone := make(chan struct{})
-	go func() {
-		grpcSrv.GracefulStop()
-		close(grpcDone)
-	}()
-	if err := httpSrv.Shutdown(drainCtx); err != nil {
-		_ = httpSrv.Close()
+	if err := plane.shutdown(drainCtx); err != nil { // the leader hands over first
+		logger.Warn("pin store shutdown", "err", err)
 	}
-	select {
-	case <-grpcDone:
-	case <-drainCtx.Done():
-		grpcSrv.Stop()
-		<-grpcDone
-	}
+	stopServers(drainCtx, logger, grpcSrv, httpSrv)
 	for ; pending > 0; pending-- {
 		if err := <-served; err != nil && runErr == nil {
 			runErr = err
@@ -218,6 +242,84 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	logger.Info("stopped")
 	return runErr
+}
+
+// awaitSync returns once the mirror has synced every node it knows (and, with seeds, once it
+// knows another member), after SyncTimeout, or when ctx ends.
+func awaitSync(ctx context.Context, cfg ServeConfig, agent *cluster.Agent, logger *slog.Logger) {
+	t := time.NewTicker(syncPoll)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		synced := agent.Mirror().Synced() && (len(cfg.Gossip.Join) == 0 || len(agent.Members()) > 1)
+		if synced {
+			return
+		}
+		if cfg.SyncTimeout > 0 && time.Since(start) > cfg.SyncTimeout {
+			var missing []string
+			for _, n := range agent.Mirror().Nodes() {
+				if !n.Synced {
+					missing = append(missing, n.Meta.NodeID)
+				}
+			}
+			logger.Warn("serving before every node synced", "sync_timeout", cfg.SyncTimeout, "unsynced", missing)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// serveHTTP serves HTTPS when the server has a TLS configuration.
+func serveHTTP(s *http.Server, lis net.Listener) error {
+	if s.TLSConfig != nil {
+		return s.ServeTLS(lis, "", "")
+	}
+	return s.Serve(lis)
+}
+
+// stopServers finishes the gRPC and HTTP servers' calls within ctx, then cuts what is left.
+func stopServers(ctx context.Context, logger *slog.Logger, g *grpc.Server, h *http.Server) {
+	grpcDone := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(grpcDone)
+	}()
+	if err := h.Shutdown(ctx); err != nil {
+		logger.Warn("http drain incomplete; closing connections", "err", err)
+		_ = h.Close()
+	}
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		logger.Warn("grpc drain incomplete; closing connections")
+		g.Stop()
+		<-grpcDone
+	}
+}
+
+// advertiseHost is the host part of --gossip-advertise (host or host:port).
+func advertiseHost(advertise string) string {
+	if h, _, err := net.SplitHostPort(advertise); err == nil {
+		return h
+	}
+	return advertise
+}
+
+// writeFileAtomic writes data to path through a temporary file and a rename, so a reader never
+// sees a partial file.
+func writeFileAtomic(path, data string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return nil
 }
 
 // serveErr reports a server's exit: nil for a requested stop, else the error with its name.

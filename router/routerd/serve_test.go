@@ -56,6 +56,7 @@ func TestServeRoutesToTheNodeThatHoldsThePrefix(t *testing.T) {
 	go func() {
 		done <- Main(ctx, []string{"--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
 			"--gossip-listen", "127.0.0.1:0", "--insecure-gossip", "--node-id", "router-0",
+			"--raft-listen", "127.0.0.1:0", "--raft-dir", filepath.Join(dir, "raft"),
 			"--tokenizer", "bytes", "--addr-file", addrFile, "--log-level", "error"}, &logs, &logs)
 	}()
 	defer func() {

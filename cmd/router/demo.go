@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/loadgen"
+	"github.com/prefixmesh/prefixmesh/routing/sim"
+)
+
+// demoConfig is `prefixmesh-router demo`. The defaults replay 160 requests of the Mooncake trace
+// twice (about a minute in all on 2 cores), on engines four times faster than the simulator's
+// standard node so that the slice's long prompts (15k tokens on average) keep a small cluster
+// busy without queueing for minutes.
+type demoConfig struct {
+	Nodes           int
+	Requests        int
+	Speed           float64
+	Trace           string
+	KVBlocks        int
+	BlockSize       int
+	PrefillPerSec   float64
+	DecodePerSec    float64
+	MaxOutputTokens int
+	Policies        []string
+	Quick           bool
+	Serve           bool
+	LogFile         string
+}
+
+func defaultDemoConfig() demoConfig {
+	return demoConfig{
+		Nodes:           4,
+		Requests:        160,
+		Speed:           2,
+		Trace:           defaultTrace,
+		KVBlocks:        16384,
+		BlockSize:       16,
+		PrefillPerSec:   40000,
+		DecodePerSec:    400,
+		MaxOutputTokens: 64,
+		Policies:        []string{"prefixmesh", "round-robin"},
+		Serve:           true,
+	}
+}
+
+// quickDemo shrinks the run to finish in under 30 seconds and not serve afterwards.
+func (c *demoConfig) quick() {
+	c.Requests = min(c.Requests, 60)
+	c.Speed = max(c.Speed, 4)
+	c.Serve = false
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := defaultDemoConfig()
+	fs := flag.NewFlagSet("prefixmesh-router demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "node agents with simulated engines")
+	fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "trace requests to replay per policy")
+	fs.Float64Var(&cfg.Speed, "speed", cfg.Speed, "replay speed factor (2 = twice as fast as recorded)")
+	fs.StringVar(&cfg.Trace, "trace", cfg.Trace, "Mooncake JSONL trace (a built-in synthetic trace is used when the file is absent)")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", cfg.KVBlocks, "KV blocks per simulated engine")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV block")
+	fs.Float64Var(&cfg.PrefillPerSec, "prefill-tokens-per-s", cfg.PrefillPerSec, "simulated prefill rate per node")
+	fs.Float64Var(&cfg.DecodePerSec, "decode-tokens-per-s", cfg.DecodePerSec, "simulated decode rate per sequence")
+	fs.IntVar(&cfg.MaxOutputTokens, "max-output-tokens", cfg.MaxOutputTokens, "cap on each request's output tokens")
+	policies := fs.String("policies", strings.Join(cfg.Policies, ","), "policies to compare, each on a fresh cluster")
+	quick := fs.Bool("quick", false, "a short run (under 30 s) that exits when done")
+	fs.StringVar(&cfg.LogFile, "log-file", "", "daemon logs go here (default: a file in a temporary directory)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	cfg.Policies = strings.Split(*policies, ",")
+	if *quick {
+		cfg.Quick = true
+		cfg.quick()
+	}
+	if cfg.Nodes < 1 || cfg.Requests < 1 || cfg.Speed <= 0 || cfg.KVBlocks < 1 || cfg.BlockSize < 1 || len(cfg.Policies) == 0 {
+		fmt.Fprintln(stderr, "demo: --nodes, --requests, --speed, --kv-blocks and --block-size must be positive")
+		return 2
+	}
+	if err := demo(ctx, cfg, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) error {
+	started := time.Now()
+	dir, err := os.MkdirTemp("", "prefixmesh-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if cfg.LogFile == "" {
+		cfg.LogFile = filepath.Join(dir, "daemons.log")
+	}
+	logs, err := os.Create(cfg.LogFile)
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	reqs, source, err := demoRequests(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "prefixmesh demo: %d node agents with simulated engines (%d KV blocks of %d tokens, prefill %.0f tok/s), 1 router with Raft, real gossip, gRPC and HTTP on loopback\n",
+		cfg.Nodes, cfg.KVBlocks, cfg.BlockSize, cfg.PrefillPerSec)
+	fmt.Fprintf(stdout, "replaying %d requests of %s at %gx speed through the HTTP front door, once per policy (daemon logs: %s)\n\n",
+		len(reqs), source, cfg.Speed, cfg.LogFile)
+
+	var sums []loadgen.Summary
+	var keep *demoCluster
+	for i, policy := range cfg.Policies {
+		c, err := startDemoCluster(ctx, cfg, policy, filepath.Join(dir, policy), logs)
+		if err != nil {
+			return fmt.Errorf("start cluster for %s: %w", policy, err)
+		}
+		fmt.Fprintf(stdout, "[%s] cluster ready in %.1fs (router %s)\n", policy, time.Since(started).Seconds(), c.httpAddr)
+		s, err := replay(ctx, cfg, c, policy, reqs, stdout)
+		if err != nil {
+			c.stop()
+			return err
+		}
+		sums = append(sums, s)
+		if i == 0 && cfg.Serve {
+			keep = c // serve the first (default) policy's cluster afterwards
+		} else {
+			c.stop()
+		}
+	}
+	fmt.Fprintf(stdout, "\nresults (%d requests each, %.0fs in all)\n", len(reqs), time.Since(started).Seconds())
+	loadgen.WriteTable(stdout, cfg.Policies, sums)
+	for i, s := range sums {
+		if s.Errors > 0 {
+			fmt.Fprintf(stdout, "%s: %d errors, first: %s\n", cfg.Policies[i], s.Errors, s.FirstErrorMessage)
+		}
+	}
+	if keep == nil {
+		return nil
+	}
+	defer keep.stop()
+	fmt.Fprintf(stdout, "\nThe %s router keeps serving at http://%s (Ctrl-C to stop). Try:\n", cfg.Policies[0], keep.httpAddr)
+	fmt.Fprintf(stdout, "  curl -s http://%s/v1/models\n", keep.httpAddr)
+	fmt.Fprintf(stdout, "  curl -sN http://%s/v1/chat/completions -H 'Content-Type: application/json' \\\n", keep.httpAddr)
+	fmt.Fprintf(stdout, "    -d '{\"model\":\"prefixmesh-sim\",\"stream\":true,\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n")
+	fmt.Fprintf(stdout, "  grpcurl -plaintext %s list\n", keep.grpcAddr)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "stopping")
+	return nil
+}
+
+// replay sends the requests through c's front door, printing progress every two seconds.
+func replay(ctx context.Context, cfg demoConfig, c *demoCluster, policy string, reqs []loadgen.Request, stdout io.Writer) (loadgen.Summary, error) {
+	var mu sync.Mutex // guards last and the progress line
+	last := time.Now()
+	begin := last
+	lc := loadgen.Config{BaseURL: "http://" + c.httpAddr, Model: "prefixmesh-sim", Concurrency: 64, Speed: cfg.Speed,
+		Progress: func(done, total int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if time.Since(last) >= 2*time.Second || done == total {
+				last = time.Now()
+				fmt.Fprintf(stdout, "[%s] %d/%d requests done (%.0fs)\n", policy, done, total, time.Since(begin).Seconds())
+			}
+		}}
+	res, err := loadgen.Run(ctx, lc, reqs)
+	if err != nil {
+		return loadgen.Summary{}, fmt.Errorf("replay with %s: %w", policy, err)
+	}
+	return loadgen.Summarize(res), nil
+}
+
+// demoRequests reads the trace slice, or builds a synthetic one when the file is absent.
+func demoRequests(cfg demoConfig) ([]loadgen.Request, string, error) {
+	opt := sim.DefaultReadOptions()
+	opt.Limit = cfg.Requests
+	var tr *sim.Trace
+	source := cfg.Trace
+	path, err := findTrace(cfg.Trace)
+	if err == nil {
+		tr, err = readTrace(path, "mooncake", opt)
+		if err != nil {
+			return nil, "", err
+		}
+	} else {
+		tr, err = sim.ReadAzure(strings.NewReader(syntheticAzureCSV(cfg.Requests)), opt)
+		if err != nil {
+			return nil, "", err
+		}
+		source = "a built-in synthetic trace (shared system prompts and multi-turn sessions)"
+	}
+	out := make([]loadgen.Request, 0, len(tr.Requests))
+	for _, r := range tr.Requests {
+		out = append(out, loadgen.Request{At: r.Arrival, Tokens: r.Tokens, MaxTokens: max(1, min(r.OutputTokens, cfg.MaxOutputTokens))})
+	}
+	return out, source, nil
+}
+
+// syntheticAzureCSV is an Azure-format trace of n requests, 4 per second, with prompt lengths
+// cycling between 1k and 8k tokens; ReadAzure lays shared system prompts and sessions over it.
+func syntheticAzureCSV(n int) string {
+	var b strings.Builder
+	b.WriteString("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+	t0 := time.Date(2023, 11, 16, 18, 0, 0, 0, time.UTC)
+	for i := 0; i < n; i++ {
+		at := t0.Add(time.Duration(i) * 250 * time.Millisecond)
+		fmt.Fprintf(&b, "%s,%d,%d\n", at.Format("2006-01-02 15:04:05.0000000"), 1024+(i*2731)%7168, 16+(i*37)%128)
+	}
+	return b.String()
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/prefixmesh/prefixmesh/node/agentd"
+	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+	"github.com/prefixmesh/prefixmesh/router/routerd"
+)
+
+// demoStartTimeout bounds how long a demo cluster may take to form (gossip join, first summary
+// sync of every node, Raft election).
+const demoStartTimeout = 60 * time.Second
+
+// demoCluster is one router and its node agents, each running the daemons' own code (routerd,
+// agentd) in this process, on loopback with OS-chosen ports.
+type demoCluster struct {
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	mu       sync.Mutex // guards failure
+	failure  error
+	httpAddr string
+	grpcAddr string
+}
+
+func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string, logs io.Writer) (*demoCluster, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(parent)
+	c := &demoCluster{cancel: cancel}
+	logs = &lockedWriter{w: logs}
+	routerAddrs := filepath.Join(dir, "router.addr")
+	c.run("router", func() int {
+		return routerd.Main(ctx, []string{
+			"--node-id=router-" + policy, "--policy=" + policy, "--log-level=warn",
+			"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
+			// Loopback only, one process: the demo skips the gossip key a real cluster must have.
+			"--insecure-gossip",
+			"--raft-listen=127.0.0.1:0", "--raft-dir=" + filepath.Join(dir, "raft"),
+			"--drain-timeout=5s", "--addr-file=" + routerAddrs,
+		}, io.Discard, logs)
+	})
+	addrs, err := waitAddrFile(ctx, routerAddrs, c)
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
+	c.httpAddr, c.grpcAddr = addrs["http"], addrs["grpc"]
+	for i := 0; i < cfg.Nodes; i++ {
+		id := fmt.Sprintf("node-%d", i)
+		c.run(id, func() int {
+			return agentd.Main(ctx, []string{
+				"--node-id=" + id, "--log-level=warn", "--engine=sim",
+				"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
+				"--join=" + addrs["gossip"], "--insecure-gossip",
+				fmt.Sprintf("--block-size=%d", cfg.BlockSize), fmt.Sprintf("--kv-blocks=%d", cfg.KVBlocks),
+				fmt.Sprintf("--sim-prefill-tokens-per-s=%g", cfg.PrefillPerSec),
+				fmt.Sprintf("--sim-decode-tokens-per-s=%g", cfg.DecodePerSec),
+				"--drain-timeout=5s",
+			}, io.Discard, logs)
+		})
+	}
+	if err := c.waitNodes(ctx, cfg.Nodes); err != nil {
+		c.stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// run starts a daemon; a daemon that exits before stop is a failure the waits report.
+func (c *demoCluster) run(name string, main func() int) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if code := main(); code != 0 {
+			c.mu.Lock()
+			if c.failure == nil {
+				c.failure = fmt.Errorf("%s exited with status %d (see the daemon log)", name, code)
+			}
+			c.mu.Unlock()
+		}
+	}()
+}
+
+func (c *demoCluster) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failure
+}
+
+// stop drains every daemon (their own drain deadlines bound it) and waits for them.
+func (c *demoCluster) stop() {
+	c.cancel()
+	c.wg.Wait()
+}
+
+// waitNodes polls Router.Route until the router offers every node as a candidate.
+func (c *demoCluster) waitNodes(ctx context.Context, want int) error {
+	cc, err := grpc.NewClient(c.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	client := pb.NewRouterClient(cc)
+	tokens := make([]uint32, 64)
+	for i := range tokens {
+		tokens[i] = uint32(i + 1)
+	}
+	have := 0
+	err = pollUntil(ctx, demoStartTimeout, c, func() bool {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		resp, err := client.Route(rctx, &pb.RouteRequest{Tokens: tokens})
+		if err != nil {
+			return false
+		}
+		have = len(resp.GetCandidates())
+		return have >= want
+	})
+	if err != nil {
+		return fmt.Errorf("router sees %d of %d nodes: %w", have, want, err)
+	}
+	return nil
+}
+
+// waitAddrFile waits for a daemon's "grpc=… http=… gossip=…" file and parses it.
+func waitAddrFile(ctx context.Context, path string, c *demoCluster) (map[string]string, error) {
+	var addrs map[string]string
+	err := pollUntil(ctx, demoStartTimeout, c, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		addrs = map[string]string{}
+		for _, kv := range strings.Fields(string(b)) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				addrs[k] = v
+			}
+		}
+		return addrs["http"] != "" && addrs["grpc"] != "" && addrs["gossip"] != ""
+	})
+	if err != nil {
+		return nil, fmt.Errorf("router addresses: %w", err)
+	}
+	return addrs, nil
+}
+
+// pollUntil checks cond every 50 ms until it holds, the timeout passes, ctx ends or a daemon of
+// c fails.
+func pollUntil(ctx context.Context, timeout time.Duration, c *demoCluster, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return nil
+		}
+		if err := c.failed(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// lockedWriter serialises the daemons' log writes into one file.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

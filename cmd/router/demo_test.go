@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoQuick runs the demo end to end in its short mode (two policies on fresh clusters of
+// two nodes, a built-in synthetic trace) and checks the result lines.
+func TestDemoQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two small clusters")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	args := []string{"--quick", "--nodes=2", "--requests=24", "--speed=8",
+		"--trace=" + filepath.Join(t.TempDir(), "absent.jsonl"), "--prefill-tokens-per-s=200000"}
+	if code := runDemo(ctx, args, &out, &errb); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{"built-in synthetic trace", "[prefixmesh] cluster ready", "[round-robin] 24/24 requests done",
+		"results (24 requests each", "prefix hit ratio", "estimate exact"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if m := regexp.MustCompile(`requests \(errors\)\s+24 \(0\)\s+24 \(0\)`).FindString(s); m == "" {
+		t.Errorf("requests failed:\n%s", s)
+	}
+	if strings.Contains(s, "keeps serving") {
+		t.Errorf("--quick must not serve afterwards:\n%s", s)
+	}
+}
+
+func TestDemoFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := runDemo(context.Background(), []string{"--nodes=0"}, &out, &errb); code != 2 {
+		t.Fatalf("--nodes=0: exit %d", code)
+	}
+	cfg := defaultDemoConfig()
+	cfg.quick()
+	if cfg.Serve || cfg.Requests > 60 || cfg.Speed < 4 {
+		t.Fatalf("quick config %+v", cfg)
+	}
+}

@@ -1,0 +1,55 @@
+package router
+
+import (
+	"slices"
+	"sync/atomic"
+)
+
+// PinTable answers placement pins (DESIGN.md §7): the nodes an adapter's requests may go to, and
+// whether the adapter is pinned at all (false: any node). *pins.Store and *pins.Mirror implement
+// it with local reads, so routing never waits on Raft and keeps working without quorum.
+type PinTable interface {
+	AllowedNodes(adapterID uint64) (nodes []string, pinned bool)
+}
+
+// SwitchPins is a PinTable whose source can be set later (the router's Raft store starts after
+// gossip has found its peers; a non-voter follows another router). Until Set, and after
+// Set(nil), every adapter is unpinned. It is safe for concurrent use.
+type SwitchPins struct {
+	cur atomic.Pointer[pinTableBox]
+}
+
+type pinTableBox struct{ t PinTable }
+
+var _ PinTable = (*SwitchPins)(nil)
+
+// Set makes t the source of answers.
+func (s *SwitchPins) Set(t PinTable) {
+	if t == nil {
+		s.cur.Store(nil)
+		return
+	}
+	s.cur.Store(&pinTableBox{t})
+}
+
+// AllowedNodes implements PinTable.
+func (s *SwitchPins) AllowedNodes(adapterID uint64) ([]string, bool) {
+	b := s.cur.Load()
+	if b == nil {
+		return nil, false
+	}
+	return b.t.AllowedNodes(adapterID)
+}
+
+// allowedFilter returns the eligibility filter for adapterID's pins: nil (every node) when pins
+// is nil or the adapter is unpinned, else membership in the pinned node list.
+func allowedFilter(pins PinTable, adapterID uint64) (allowed func(id string) bool, pinned []string) {
+	if pins == nil {
+		return nil, nil
+	}
+	nodes, ok := pins.AllowedNodes(adapterID)
+	if !ok {
+		return nil, nil
+	}
+	return func(id string) bool { return slices.Contains(nodes, id) }, nodes
+}

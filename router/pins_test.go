@@ -1,0 +1,132 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/prefixmesh/prefixmesh/local"
+	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// fakePins is a fixed pin table: adapter → nodes.
+type fakePins map[uint64][]string
+
+func (f fakePins) AllowedNodes(adapter uint64) ([]string, bool) {
+	n, ok := f[adapter]
+	return n, ok
+}
+
+// TestRouteRespectsPins: a pinned adapter is routed among its nodes only, even when another
+// node holds the whole prompt; an unpinned one may go anywhere; a pin to nodes the router does
+// not know answers Unavailable.
+func TestRouteRespectsPins(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	p := seq(64, 1000)
+	for _, a := range []uint64{0, 7} {
+		idx.ReplaceNode("a", 1, 1, local.BlockHashes(p, 16, a)) // a holds the prompt for both adapters
+	}
+	mirror := fakeMirror{node("a", 16, true, 0), node("b", 16, true, 0), node("c", 16, true, 0)}
+	cfg := DefaultConfig()
+	table := &SwitchPins{}
+	cfg.Pins = table
+	srv, err := NewServer(NewView(mirror, idx), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startServer(t, srv)
+	route := func(adapter uint64) (*pb.RouteResponse, error) {
+		return c.Route(context.Background(), &pb.RouteRequest{Tokens: p, AdapterId: adapter})
+	}
+	if r, err := route(7); err != nil || r.NodeId != "a" {
+		t.Fatalf("before any pin source: %v %v, want a (it holds the prompt)", r, err)
+	}
+	table.Set(fakePins{7: {"b", "c"}, 8: {"gone"}})
+	for range 10 {
+		r, err := route(7)
+		if err != nil || (r.NodeId != "b" && r.NodeId != "c") {
+			t.Fatalf("adapter 7 pinned to b, c: %v %v", r, err)
+		}
+		for _, cand := range r.Candidates {
+			if cand.NodeId == "a" {
+				t.Fatalf("unpinned node a considered: %v", r.Candidates)
+			}
+		}
+	}
+	if r, err := route(0); err != nil || r.NodeId != "a" || len(r.Candidates) != 3 {
+		t.Fatalf("unpinned adapter 0: %v %v, want a among 3 candidates", r, err)
+	}
+	if _, err := route(8); status.Code(err) != codes.Unavailable {
+		t.Fatalf("adapter 8 pinned to an unknown node: %v, want Unavailable", err)
+	}
+	table.Set(nil)
+	if r, err := route(7); err != nil || r.NodeId != "a" {
+		t.Fatalf("after Set(nil): %v %v, want a", r, err)
+	}
+}
+
+// recordingPicker records the exclusions it was asked to honour and answers the first of
+// answers not excluded ("b" when none is).
+type recordingPicker struct {
+	exclude []string
+	answers []string
+	done    int // Done calls
+}
+
+func (r *recordingPicker) Pick(_ context.Context, _ *frontdoor.PickRequest, exclude []string) (frontdoor.Pick, error) {
+	r.exclude = append([]string(nil), exclude...)
+	id := "b"
+	for _, a := range r.answers {
+		if !slices.Contains(exclude, a) {
+			id = a
+			break
+		}
+	}
+	return frontdoor.Pick{NodeID: id, Done: func(frontdoor.Outcome) { r.done++ }}, nil
+}
+
+func (r *recordingPicker) Models() []string { return []string{"m"} }
+
+type fixedNodes []string
+
+func (f fixedNodes) Nodes() []frontdoor.NodeTarget {
+	out := make([]frontdoor.NodeTarget, len(f))
+	for i, id := range f {
+		out[i].Info = routing.NodeInfo{ID: id, Alive: true}
+	}
+	return out
+}
+
+func TestPinnedPicker(t *testing.T) {
+	inner := &recordingPicker{}
+	p := PinnedPicker{Picker: inner, Nodes: fixedNodes{"a", "b", "c", "d"}, Pins: fakePins{7: {"b", "d"}, 8: {"gone"}}}
+	ctx := context.Background()
+	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7}, []string{"d"}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(inner.exclude)
+	if !slices.Equal(inner.exclude, []string{"a", "c", "d"}) {
+		t.Fatalf("adapter 7 excluded %v, want a, c (unpinned) and d (the caller's)", inner.exclude)
+	}
+	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 1}, []string{"d"}); err != nil || !slices.Equal(inner.exclude, []string{"d"}) {
+		t.Fatalf("unpinned adapter excluded %v (%v), want just the caller's", inner.exclude, err)
+	}
+	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 8}, nil); !errors.Is(err, frontdoor.ErrNoNodes) {
+		t.Fatalf("adapter pinned to no known node: %v, want ErrNoNodes", err)
+	}
+	// A node the source did not list (it joined mid-request) is given back and re-picked.
+	inner.answers = []string{"new", "d"}
+	pick, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7}, nil)
+	if err != nil || pick.NodeID != "d" || inner.done != 1 {
+		t.Fatalf("after a pick outside the pins: %q, %v, %d picks given back; want d, 1", pick.NodeID, err, inner.done)
+	}
+	if m := p.Models(); !slices.Equal(m, []string{"m"}) {
+		t.Fatalf("Models = %v", m)
+	}
+}

@@ -1,0 +1,79 @@
+package routerd
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/prefixmesh/prefixmesh/router"
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// HTTP server timeouts. No WriteTimeout: completions stream for as long as decoding takes.
+const (
+	readHeaderTimeout = 10 * time.Second // a slow-loris client cannot hold a connection forever
+	idleTimeout       = 2 * time.Minute  // clients' keep-alive connections are reused, then reaped
+)
+
+// frontDoor is the OpenAI-compatible front door over the gossip mirror (frontdoor.Stack), its
+// picker wrapped in router.PinnedPicker so that placement pins hold.
+type frontDoor struct{ *frontdoor.Stack }
+
+func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *routing.Index, table router.PinTable,
+	reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
+	nodes := frontdoor.MirrorNodes{M: mirror}
+	sc := frontdoor.DefaultStackConfig()
+	sc.Server.Tokenizer = cfg.Tokenizer
+	sc.Server.MaxInFlight = cfg.MaxInFlight
+	sc.Server.TLS = t.http
+	sc.Server.UpstreamTLS = t.upstream
+	sc.Policy = cfg.Policy
+	sc.PolicyConfig = cfg.policyConfig()
+	sc.WrapPicker = func(p frontdoor.Picker) frontdoor.Picker {
+		return router.PinnedPicker{Picker: p, Nodes: nodes, Pins: table}
+	}
+	st, err := frontdoor.NewStack(sc, nodes, idx, reg, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &frontDoor{st}, nil
+}
+
+// start runs the probes and the overlay expiry until shutdown.
+func (f *frontDoor) start(ctx context.Context) { f.Start(ctx) }
+
+// shutdown refuses new requests and waits for those in flight (streams included) until ctx
+// ends, then stops the background loops.
+func (f *frontDoor) shutdown(ctx context.Context) error { return f.Shutdown(ctx) }
+
+// httpServer serves the router's HTTP listener: /metrics and /healthz (SERVING once the mirror
+// has synced, 503 while draining) are the router's, every other path is the front door's.
+func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, ready *atomic.Bool, logger *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not serving: mirror not synced, or draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/", fd.Server.Handler())
+	return &http.Server{
+		Handler:           mux,
+		TLSConfig:         fd.Server.TLSConfig(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		// Requests outlive ctx's cancellation (SIGTERM): the drain decides when they end.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}

@@ -1,0 +1,58 @@
+package routerd
+
+import (
+	"crypto/tls"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+)
+
+// tlsSetup is every TLS configuration the flags describe; nil fields mean plaintext.
+type tlsSetup struct {
+	cluster, clusterClient *tls.Config // --tls-*: gRPC and Raft servers; dialling nodes and routers
+	http                   *tls.Config // --http-tls-*: the front door's listener
+	upstream               *tls.Config // --upstream-tls-*: toward engines (https:// URLs)
+}
+
+func loadTLS(cfg ServeConfig) (tlsSetup, error) {
+	var t tlsSetup
+	var err error
+	if cfg.TLSCert != "" {
+		if t.cluster, err = frontdoor.ServerTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
+			return t, err
+		}
+		if t.clusterClient, err = frontdoor.ClientTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
+			return t, err
+		}
+	}
+	if cfg.HTTPTLSCert != "" {
+		if t.http, err = frontdoor.ServerTLS(cfg.HTTPTLSCert, cfg.HTTPTLSKey, cfg.HTTPTLSClientCA); err != nil {
+			return t, err
+		}
+	}
+	if cfg.UpstreamTLSCA != "" || cfg.UpstreamTLSCert != "" {
+		if t.upstream, err = frontdoor.ClientTLS(cfg.UpstreamTLSCert, cfg.UpstreamTLSKey, cfg.UpstreamTLSCA); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// grpcServerCreds are the gRPC server's transport credentials.
+func (t tlsSetup) grpcServerCreds() credentials.TransportCredentials {
+	if t.cluster == nil {
+		return insecure.NewCredentials()
+	}
+	return credentials.NewTLS(t.cluster)
+}
+
+// dialOption is how the router dials nodes and other routers.
+func (t tlsSetup) dialOption() grpc.DialOption {
+	if t.clusterClient == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(t.clusterClient))
+}
