@@ -34,7 +34,7 @@ for values in "" "$chart/ci/prod-values.yaml"; do
 	"$helm" lint --strict "$chart" "${args[@]}" >/dev/null
 	"$helm" template pm "$chart" --namespace llm "${args[@]}" >"$work/rendered.yaml"
 	mkdir -p "$work/flags"
-	"$work/chartcheck" -manifests "$work/rendered.yaml" -flags-dir "$work/flags"
+	"$work/chartcheck" -manifests "$work/rendered.yaml" -flags-dir "$work/flags" -files-root "$work/root"
 	mapfile -t node_args <"$work/flags/node.args"
 	mapfile -t router_args <"$work/flags/router.args"
 	"$work/prefixmesh-node" "${node_args[@]}" --validate-only

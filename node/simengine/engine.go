@@ -5,7 +5,9 @@
 // eviction under pressure, allocation of prompt and output blocks), waits FIFO in a bounded queue
 // when all MaxConcurrent slots or the needed blocks are taken, has its uncached tokens prefilled
 // on the node's single prefill lane (FIFO, at PrefillTokensPerSec, so queued prefill delays later
-// requests as on a real GPU), is inserted into the cache, then decodes max_tokens tokens at
+// requests as on a real GPU; a request is admitted, and so looks the cache up, only when the lane
+// is free, so it reuses whatever the requests ahead of it just prefilled, exactly as the trace
+// simulator's node does), is inserted into the cache, then decodes max_tokens tokens at
 // DecodeTokensPerSec per sequence (sequences decode in parallel; the first token comes out of
 // prefill) and releases its blocks. The output text is deterministic: words drawn by a PRNG
 // seeded with the prompt's hash. A LoRA adapter is chosen by model "<Model>:<id>" or the field
@@ -63,7 +65,7 @@ type Engine struct {
 	pool           *kvpool.Pool
 	running        int
 	queue          []*waiter // FIFO of requests waiting for a slot and blocks
-	laneFree       time.Time // when the prefill lane finishes its reserved work
+	prefilling     *ticket   // the request on the prefill lane; nil when the lane is idle
 	pendingPrefill int       // Load.QueuedPrefillTokens
 	started        bool
 	closed         bool
@@ -198,7 +200,7 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 		return nil, fmt.Errorf("%w: %d prompt + %d output tokens need %d blocks of %d, the pool has %d",
 			kvpool.ErrTooLarge, len(tokens), out, e.pool.BlocksFor(len(tokens), out), e.cfg.BlockSize, e.cfg.KVBlocks)
 	}
-	if len(e.queue) == 0 && e.running < e.cfg.MaxConcurrent {
+	if len(e.queue) == 0 && e.running < e.cfg.MaxConcurrent && e.prefilling == nil {
 		tk, err := e.admitLocked(tokens, adapter, out)
 		if err == nil || !errors.Is(err, kvpool.ErrPoolBusy) || e.running == 0 {
 			e.mu.Unlock()
@@ -244,7 +246,8 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 	return nil, ctx.Err()
 }
 
-// admitLocked admits into the pool and reserves the prefill lane.
+// admitLocked admits into the pool and takes the prefill lane, which must be idle: the lookup
+// happens now, after every earlier request's prefill has been inserted into the cache.
 func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket, error) {
 	seq, err := e.pool.Admit(tokens, adapter, out)
 	if err != nil {
@@ -252,15 +255,9 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 	}
 	e.running++
 	tk := &ticket{seq: seq, uncached: len(tokens) - seq.MatchedTokens()}
-	// One prefill lane, FIFO: a request's prefill starts when the lane is free. A request that
-	// is cancelled before its prefill gives its time back only if it was the last reservation
-	// (simple; slightly pessimistic when requests behind it are already scheduled).
 	tk.prefillStart = time.Now()
-	if e.laneFree.After(tk.prefillStart) {
-		tk.prefillStart = e.laneFree
-	}
 	tk.prefillEnd = tk.prefillStart.Add(e.costs.PrefillTime(tk.uncached))
-	e.laneFree = tk.prefillEnd
+	e.prefilling = tk
 	e.pendingPrefill += tk.uncached
 	e.met.promptTokens.Add(float64(len(tokens)))
 	e.met.cachedTokens.Add(float64(seq.MatchedTokens()))
@@ -268,11 +265,12 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 	return tk, nil
 }
 
-// dispatchLocked admits queued requests in order while slots and blocks allow. The head waits
-// for blocks while anything runs (running sequences will free theirs); with nothing running it
-// can never fit, so it fails rather than blocking the queue forever.
+// dispatchLocked admits queued requests in order while the prefill lane is idle and slots and
+// blocks allow (an admitted request takes the lane, so at most one is admitted per call unless
+// the head fails). The head waits for blocks while anything runs (running sequences will free
+// theirs); with nothing running it can never fit, so it fails rather than blocking the queue.
 func (e *Engine) dispatchLocked() {
-	for len(e.queue) > 0 && e.running < e.cfg.MaxConcurrent {
+	for len(e.queue) > 0 && e.running < e.cfg.MaxConcurrent && e.prefilling == nil {
 		w := e.queue[0]
 		tk, err := e.admitLocked(w.tokens, w.adapter, w.out)
 		if errors.Is(err, kvpool.ErrPoolBusy) {
@@ -301,6 +299,10 @@ func (e *Engine) prefilled(tk *ticket) {
 	if err := tk.seq.Insert(); err != nil {
 		e.log.Error("kv pool insert", "err", err) // unreachable: a ticket is inserted once
 	}
+	if e.prefilling == tk {
+		e.prefilling = nil
+	}
+	e.dispatchLocked() // the lane is free: the next request looks the cache up now
 }
 
 // release finishes the sequence, returns its blocks and lets the queue move.
@@ -310,9 +312,9 @@ func (e *Engine) release(tk *ticket) {
 	if !tk.prefilled {
 		tk.prefilled = true
 		e.pendingPrefill -= tk.uncached
-		if e.laneFree.Equal(tk.prefillEnd) {
-			e.laneFree = tk.prefillStart
-		}
+	}
+	if e.prefilling == tk { // cancelled during its prefill: the lane is free again
+		e.prefilling = nil
 	}
 	if err := tk.seq.Finish(); err != nil {
 		e.log.Error("kv pool finish", "err", err) // unreachable: a ticket is released once

@@ -27,8 +27,9 @@ import (
 func main() {
 	manifests := flag.String("manifests", "", "rendered manifests (multi-document YAML)")
 	flagsDir := flag.String("flags-dir", "", "directory to write node.args and router.args into")
+	root := flag.String("files-root", "", "rewrite "+mountRoot+" paths under this directory and create the mounted files there")
 	flag.Parse()
-	if err := run(*manifests, *flagsDir); err != nil {
+	if err := run(*manifests, *flagsDir, *root); err != nil {
 		fmt.Fprintln(os.Stderr, "chartcheck:", err)
 		os.Exit(1)
 	}
@@ -42,7 +43,7 @@ type header struct {
 	} `json:"metadata"`
 }
 
-func run(path, flagsDir string) error {
+func run(path, flagsDir, root string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -98,11 +99,11 @@ func run(path, flagsDir string) error {
 	if len(router.Spec.VolumeClaimTemplates) == 0 && !hasVolume(router.Spec.Template.Spec, "data") {
 		return errors.New("router StatefulSet has no data volume for Raft")
 	}
-	if err := checkPod("router", router.Spec.Template.Spec, flagFiles, "router.flags", filepath.Join(flagsDir, "router.args")); err != nil {
+	if err := checkPod("router", router.Spec.Template.Spec, flagFiles, "router.flags", filepath.Join(flagsDir, "router.args"), root); err != nil {
 		return err
 	}
 	for _, ds := range daemonSets {
-		if err := checkPod("node", ds.Spec.Template.Spec, flagFiles, "node.flags", filepath.Join(flagsDir, "node.args")); err != nil {
+		if err := checkPod("node", ds.Spec.Template.Spec, flagFiles, "node.flags", filepath.Join(flagsDir, "node.args"), root); err != nil {
 			return err
 		}
 	}
@@ -112,14 +113,16 @@ func run(path, flagsDir string) error {
 
 // checkPod verifies one daemon's pod and writes its effective flags (file first, then args, one
 // per line; $(VAR) references replaced by a sample value) for the validate-only run.
-func checkPod(role string, spec corev1.PodSpec, flagFiles map[string]string, flagKey, out string) error {
+func checkPod(role string, spec corev1.PodSpec, flagFiles map[string]string, flagKey, out, root string) error {
 	if len(spec.Containers) == 0 {
 		return fmt.Errorf("%s: no containers", role)
 	}
 	c := spec.Containers[0]
+	// Probes ask grpc.health.v1, or with TLS on (kubelet's gRPC probes speak no TLS) the HTTP
+	// /healthz that mirrors it.
 	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe} {
-		if p == nil || p.GRPC == nil {
-			return fmt.Errorf("%s: %s probe is not a grpc.health.v1 probe", role, name)
+		if p == nil || (p.GRPC == nil && (p.HTTPGet == nil || p.HTTPGet.Path != "/healthz")) {
+			return fmt.Errorf("%s: %s probe is neither grpc.health.v1 nor /healthz", role, name)
 		}
 	}
 	drain, err := drainTimeout(flagFiles[flagKey])
@@ -142,6 +145,10 @@ func checkPod(role string, spec corev1.PodSpec, flagFiles map[string]string, fla
 	}
 	lines := append(positional, strings.Split(strings.TrimSpace(flagFiles[flagKey]), "\n")...)
 	lines = append(lines, flags...)
+	lines, err = materialise(lines, root)
+	if err != nil {
+		return fmt.Errorf("%s: %w", role, err)
+	}
 	if out == "" || out == filepath.Base(out) {
 		return nil
 	}

@@ -74,3 +74,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 --tls-client-ca=/etc/prefixmesh/tls/ca.crt
 {{- end }}
 {{- end -}}
+
+{{/* A readiness/startup probe on grpc.health.v1. kubelet's gRPC probes speak no TLS, so with
+tls.enabled the probe asks the plaintext HTTP /healthz instead, which reports the same state
+(NOT_SERVING until synced, and while draining). Call with (dict "root" $ "grpc" port "http" port). */}}
+{{- define "prefixmesh.healthProbe" -}}
+{{- if .root.Values.tls.enabled -}}
+httpGet:
+  path: /healthz
+  port: {{ .http }}
+{{- else -}}
+grpc:
+  port: {{ .grpc }}
+{{- end -}}
+{{- end -}}
