@@ -2,11 +2,8 @@ package agentd
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/cluster/pins"
+	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/local"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
@@ -186,21 +184,9 @@ func clientCredentials(cfg Config) (grpc.DialOption, error) {
 	if cfg.TLSCert == "" {
 		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	tc, err := tlsfiles.Client(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA)
 	if err != nil {
-		return nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if cfg.TLSClientCA != "" {
-		pem, err := os.ReadFile(cfg.TLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("read --tls-client-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-client-ca %s: no PEM certificates found", cfg.TLSClientCA)
-		}
-		tc.RootCAs = pool
+		return nil, fmt.Errorf("--tls-cert/--tls-key/--tls-client-ca: %w", err)
 	}
 	return grpc.WithTransportCredentials(credentials.NewTLS(tc)), nil
 }

@@ -2,8 +2,6 @@ package agentd
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +22,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/prefixmesh/prefixmesh/internal/shutdown"
+	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/node"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
@@ -186,22 +186,7 @@ func drain(logger *slog.Logger, timeout time.Duration, h *node.Health, g *grpc.S
 	h.Drain()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	grpcDone := make(chan struct{})
-	go func() {
-		g.GracefulStop()
-		close(grpcDone)
-	}()
-	if err := hs.Shutdown(ctx); err != nil {
-		logger.Warn("http drain incomplete; closing connections", "err", err)
-		_ = hs.Close()
-	}
-	select {
-	case <-grpcDone:
-	case <-ctx.Done():
-		logger.Warn("grpc drain incomplete; closing connections")
-		g.Stop()
-		<-grpcDone
-	}
+	shutdown.Servers(ctx, logger, g, hs)
 }
 
 // serveErr reports a server's exit: nil for a requested stop, else the error with its name.
@@ -254,22 +239,9 @@ func serverCredentials(cfg Config) (credentials.TransportCredentials, error) {
 	if cfg.TLSCert == "" {
 		return insecure.NewCredentials(), nil
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	tc, err := tlsfiles.Server(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA)
 	if err != nil {
-		return nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if cfg.TLSClientCA != "" {
-		pem, err := os.ReadFile(cfg.TLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("read --tls-client-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-client-ca %s: no PEM certificates found", cfg.TLSClientCA)
-		}
-		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		return nil, fmt.Errorf("--tls-cert/--tls-key/--tls-client-ca: %w", err)
 	}
 	return credentials.NewTLS(tc), nil
 }

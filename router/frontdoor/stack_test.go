@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -92,7 +93,7 @@ func TestStackWithMutualTLS(t *testing.T) {
 	routerCert, routerKey := pki.issue(t, "router")
 	clientCert, clientKey := pki.issue(t, "client")
 
-	engTLS, err := ServerTLS(engCert, engKey, pki.caFile)
+	engTLS, err := tlsfiles.Server(engCert, engKey, pki.caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +110,10 @@ func TestStackWithMutualTLS(t *testing.T) {
 	t.Cleanup(up.Close)
 
 	cfg := DefaultStackConfig()
-	if cfg.Server.TLS, err = ServerTLS(routerCert, routerKey, pki.caFile); err != nil {
+	if cfg.Server.TLS, err = tlsfiles.Server(routerCert, routerKey, pki.caFile); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Server.UpstreamTLS, err = ClientTLS(routerCert, routerKey, pki.caFile); err != nil {
+	if cfg.Server.UpstreamTLS, err = tlsfiles.Client(routerCert, routerKey, pki.caFile); err != nil {
 		t.Fatal(err)
 	}
 	nodes := &nodeList{}
@@ -141,7 +142,7 @@ func TestStackWithMutualTLS(t *testing.T) {
 	})
 	base := "https://" + ln.Addr().String()
 
-	clientTLS, err := ClientTLS(clientCert, clientKey, pki.caFile)
+	clientTLS, err := tlsfiles.Client(clientCert, clientKey, pki.caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +151,14 @@ func TestStackWithMutualTLS(t *testing.T) {
 	if err != nil || r.status != 200 || r.text != "ok" {
 		t.Fatalf("mTLS request: %+v %v", r, err)
 	}
-	anon, _ := ClientTLS("", "", pki.caFile)
+	anon, _ := tlsfiles.Client("", "", pki.caFile)
 	if _, err := do(t.Context(), &http.Client{Transport: &http.Transport{TLSClientConfig: anon}}, base, "/v1/completions", `{"prompt":"x"}`, nil); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	if _, err := ClientTLS(clientCert, "", ""); err == nil {
+	if _, err := tlsfiles.Client(clientCert, "", ""); err == nil {
 		t.Fatal("certificate without key accepted")
 	}
-	if _, err := ServerTLS(routerCert, routerKey, routerKey); err == nil {
+	if _, err := tlsfiles.Server(routerCert, routerKey, routerKey); err == nil {
 		t.Fatal("a key file accepted as a CA file")
 	}
 }

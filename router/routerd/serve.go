@@ -31,6 +31,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/cluster/pins"
+	"github.com/prefixmesh/prefixmesh/internal/shutdown"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router"
@@ -234,7 +235,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err := plane.shutdown(drainCtx); err != nil { // the leader hands over first
 		logger.Warn("pin store shutdown", "err", err)
 	}
-	stopServers(drainCtx, logger, grpcSrv, httpSrv)
+	shutdown.Servers(drainCtx, logger, grpcSrv, httpSrv)
 	for ; pending > 0; pending-- {
 		if err := <-served; err != nil && runErr == nil {
 			runErr = err
@@ -279,26 +280,6 @@ func serveHTTP(s *http.Server, lis net.Listener) error {
 		return s.ServeTLS(lis, "", "")
 	}
 	return s.Serve(lis)
-}
-
-// stopServers finishes the gRPC and HTTP servers' calls within ctx, then cuts what is left.
-func stopServers(ctx context.Context, logger *slog.Logger, g *grpc.Server, h *http.Server) {
-	grpcDone := make(chan struct{})
-	go func() {
-		g.GracefulStop()
-		close(grpcDone)
-	}()
-	if err := h.Shutdown(ctx); err != nil {
-		logger.Warn("http drain incomplete; closing connections", "err", err)
-		_ = h.Close()
-	}
-	select {
-	case <-grpcDone:
-	case <-ctx.Done():
-		logger.Warn("grpc drain incomplete; closing connections")
-		g.Stop()
-		<-grpcDone
-	}
 }
 
 // advertiseHost is the host part of --gossip-advertise (host or host:port).

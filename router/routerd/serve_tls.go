@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 )
 
 // tlsSetup is every TLS configuration the flags describe; nil fields mean plaintext.
@@ -21,20 +21,20 @@ func loadTLS(cfg ServeConfig) (tlsSetup, error) {
 	var t tlsSetup
 	var err error
 	if cfg.TLSCert != "" {
-		if t.cluster, err = frontdoor.ServerTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
+		if t.cluster, err = tlsfiles.Server(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			return t, err
 		}
-		if t.clusterClient, err = frontdoor.ClientTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
+		if t.clusterClient, err = tlsfiles.Client(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			return t, err
 		}
 	}
 	if cfg.HTTPTLSCert != "" {
-		if t.http, err = frontdoor.ServerTLS(cfg.HTTPTLSCert, cfg.HTTPTLSKey, cfg.HTTPTLSClientCA); err != nil {
+		if t.http, err = tlsfiles.Server(cfg.HTTPTLSCert, cfg.HTTPTLSKey, cfg.HTTPTLSClientCA); err != nil {
 			return t, err
 		}
 	}
 	if cfg.UpstreamTLSCA != "" || cfg.UpstreamTLSCert != "" {
-		if t.upstream, err = frontdoor.ClientTLS(cfg.UpstreamTLSCert, cfg.UpstreamTLSKey, cfg.UpstreamTLSCA); err != nil {
+		if t.upstream, err = tlsfiles.Client(cfg.UpstreamTLSCert, cfg.UpstreamTLSKey, cfg.UpstreamTLSCA); err != nil {
 			return t, err
 		}
 	}
