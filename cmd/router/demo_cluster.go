@@ -7,13 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/prefixmesh/prefixmesh/internal/addrfile"
 	"github.com/prefixmesh/prefixmesh/node/agentd"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router/routerd"
@@ -139,15 +139,10 @@ func (c *demoCluster) waitNodes(ctx context.Context, want int) error {
 func waitAddrFile(ctx context.Context, path string, c *demoCluster) (map[string]string, error) {
 	var addrs map[string]string
 	err := pollUntil(ctx, demoStartTimeout, c, func() bool {
-		b, err := os.ReadFile(path)
-		if err != nil || !strings.HasSuffix(string(b), "\n") {
+		var err error
+		addrs, err = addrfile.Read(path)
+		if err != nil {
 			return false
-		}
-		addrs = map[string]string{}
-		for _, kv := range strings.Fields(string(b)) {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				addrs[k] = v
-			}
 		}
 		return addrs["http"] != "" && addrs["grpc"] != "" && addrs["gossip"] != ""
 	})

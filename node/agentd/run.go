@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/prefixmesh/prefixmesh/internal/addrfile"
 	"github.com/prefixmesh/prefixmesh/internal/shutdown"
 	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/local"
@@ -131,9 +132,9 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	served := make(chan error, 2)
 	go func() { served <- serveErr("grpc", grpcSrv.Serve(grpcLis)) }()
 	go func() { served <- serveErr("http", httpSrv.Serve(httpLis)) }()
-	addrs := fmt.Sprintf("grpc=%s http=%s", addrString(grpcLis.Addr()), httpLis.Addr())
+	addrs := []string{"grpc=" + addrString(grpcLis.Addr()), "http=" + httpLis.Addr().String()}
 	if cfg.AddrFile != "" {
-		if err := writeFileAtomic(cfg.AddrFile, addrs+"\n"); err != nil {
+		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
 			logger.Error("write addr file", "err", err)
 		}
 	}
@@ -218,19 +219,6 @@ func addrString(a net.Addr) string {
 		return "unix://" + a.String()
 	}
 	return a.String()
-}
-
-// writeFileAtomic writes data to path through a temporary file and a rename, so a reader never
-// sees a partial file.
-func writeFileAtomic(path, data string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	return nil
 }
 
 // serverCredentials are plaintext, TLS with --tls-cert/--tls-key, or mutual TLS when

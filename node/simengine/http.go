@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/local/kvpool"
 )
 
@@ -44,38 +45,11 @@ func (e *Engine) Handler() http.Handler {
 	return mux
 }
 
-// statusWriter records the status code for the requests metric; Unwrap lets
-// http.ResponseController reach the connection's Flush.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
 func (e *Engine) instrument(endpoint string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
+		sw := httpstatus.Wrap(w)
 		h.ServeHTTP(sw, r)
-		code := sw.code
-		if code == 0 {
-			code = 499 // the client went away before anything was written (nginx's convention)
-		}
-		e.met.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+		e.met.requests.WithLabelValues(endpoint, strconv.Itoa(sw.Status())).Inc()
 	})
 }
 

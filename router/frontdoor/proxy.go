@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 )
 
 // maxAttempts is one try plus one retry on the next-best node: enough to ride over a node that
@@ -47,9 +49,9 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		start := time.Now()
 		lg := reqLog{endpoint: endpoint, estimate: -1, cached: -1}
 		defer func() {
-			status := 499
-			if sw, ok := w.(*statusWriter); ok {
-				status = sw.status()
+			status := httpstatus.ClientClosed
+			if sw, ok := w.(*httpstatus.Writer); ok {
+				status = sw.Status()
 			}
 			s.logRequest(r.Context(), &lg, status, time.Since(start))
 		}()

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
@@ -151,43 +152,12 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// statusWriter records the status for metrics and logs; Unwrap lets http.ResponseController
-// reach the connection's Flush.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// status is the recorded code, 499 (nginx's "client closed request") when nothing was written.
-func (s *statusWriter) status() int {
-	if s.code == 0 {
-		return 499
-	}
-	return s.code
-}
-
 func (s *Server) instrument(endpoint string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
+		sw := httpstatus.Wrap(w)
 		start := time.Now()
 		defer func() {
-			s.met.requests.WithLabelValues(endpoint, strconv.Itoa(sw.status())).Inc()
+			s.met.requests.WithLabelValues(endpoint, strconv.Itoa(sw.Status())).Inc()
 			s.met.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 		}()
 		h.ServeHTTP(sw, r)

@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/cluster/pins"
+	"github.com/prefixmesh/prefixmesh/internal/addrfile"
 	"github.com/prefixmesh/prefixmesh/internal/shutdown"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
@@ -173,9 +173,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		raftAddr = "-"
 	}
 	// Listening: gRPC calls that arrive before Serve (below) wait in the listen backlog.
-	addrs := fmt.Sprintf("grpc=%s http=%s gossip=%s raft=%s", grpcLis.Addr(), httpLis.Addr(), agent.GossipAddr(), raftAddr)
+	addrs := []string{"grpc=" + grpcLis.Addr().String(), "http=" + httpLis.Addr().String(), "gossip=" + agent.GossipAddr(), "raft=" + raftAddr}
 	if cfg.AddrFile != "" {
-		if err := writeFileAtomic(cfg.AddrFile, addrs+"\n"); err != nil {
+		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
 			logger.Error("write addr file", "err", err)
 		}
 	}
@@ -288,19 +288,6 @@ func advertiseHost(advertise string) string {
 		return h
 	}
 	return advertise
-}
-
-// writeFileAtomic writes data to path through a temporary file and a rename, so a reader never
-// sees a partial file.
-func writeFileAtomic(path, data string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	return nil
 }
 
 // serveErr reports a server's exit: nil for a requested stop, else the error with its name.
