@@ -250,7 +250,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen `host:port` (port 0 picks a free port)")
-	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address)")
+	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address; a wildcard host is replaced by the gossip advertise host or the first private address)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))

@@ -140,7 +140,7 @@ func checkPod(role string, spec corev1.PodSpec, flagFiles map[string]string, fla
 		case !strings.HasPrefix(a, "-"):
 			positional = append(positional, a)
 		default:
-			flags = append(flags, strings.NewReplacer("$(POD_NAME)", "pod-0", "$(NODE_NAME)", "gpu-node-0").Replace(a))
+			flags = append(flags, strings.NewReplacer("$(POD_NAME)", "pod-0", "$(NODE_NAME)", "gpu-node-0", "$(POD_IP)", "10.0.0.7").Replace(a))
 		}
 	}
 	lines := append(positional, strings.Split(strings.TrimSpace(flagFiles[flagKey]), "\n")...)
