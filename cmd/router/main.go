@@ -26,6 +26,8 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, restore default handling: a second Ctrl-C kills a stuck drain.
+	context.AfterFunc(ctx, stop)
 	code := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
