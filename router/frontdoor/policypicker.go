@@ -237,32 +237,42 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 	l.prefill += prefill
 	p.mu.Unlock()
 
+	// The prefix is pending on the chosen node from now until its first token (End) or failure
+	// (Abort): a request queued longer than the overlay's TTL must not hide its prefix from the
+	// next routing decisions, and a failed one must not advertise it at all.
+	var pending []uint64
 	if p.overlay != nil {
 		h := reqHashes
 		if bs := blockSizeOf(&sc.nodes[chosen]); bs != bs0 {
 			h = local.BlockHashes(req.Tokens, bs, req.AdapterID)
 		}
-		p.overlay.Record(id, h, now)
+		pending = append([]uint64(nil), h...) // sc's buffer is reused once Pick returns
+		p.overlay.Begin(id, pending, now)
 	}
 	var done, first atomic.Bool
 	tokens := len(req.Tokens)
-	release := func(firstOnly bool) {
+	release := func(firstOnly, ok bool) {
 		p.mu.Lock()
-		defer p.mu.Unlock()
-		l := p.load[id]
-		if l == nil {
-			return
+		firstTime := !first.Swap(true)
+		if l := p.load[id]; l != nil {
+			if firstTime {
+				l.prefill -= prefill
+			}
+			if !firstOnly {
+				l.inflight--
+				l.tokens -= tokens
+				if l.inflight == 0 {
+					delete(p.load, id)
+				}
+			}
 		}
-		if !first.Swap(true) {
-			l.prefill -= prefill
-		}
-		if firstOnly {
-			return
-		}
-		l.inflight--
-		l.tokens -= tokens
-		if l.inflight == 0 {
-			delete(p.load, id)
+		p.mu.Unlock()
+		if firstTime && p.overlay != nil {
+			if ok {
+				p.overlay.End(id, pending, p.now())
+			} else {
+				p.overlay.Abort(id, pending)
+			}
 		}
 	}
 	return Pick{
@@ -271,14 +281,14 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 		EstimatedMatchedTokens: matched,
 		Policy:                 p.policy.Name(),
 		Reason:                 sc.dec.Reason,
-		Done: func(Outcome) {
+		Done: func(o Outcome) {
 			if !done.Swap(true) {
-				release(false)
+				release(false, o.Err == nil && o.Status > 0 && o.Status < 300)
 			}
 		},
 		FirstToken: func() {
 			if !done.Load() {
-				release(true)
+				release(true, true)
 			}
 		},
 	}, nil
