@@ -41,8 +41,8 @@ for values in "" "$chart/ci/prod-values.yaml"; do
 	"$work/prefixmesh-router" "${router_args[@]}" --validate-only
 done
 
-# The schema must refuse nonsense rather than render it.
-for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu"; do
+# The schema and the templates' guards must refuse nonsense rather than render it.
+for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persistence.enabled=false"; do
 	if "$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
 		echo "checkchart: values.schema.json accepted $bad" >&2
 		exit 1
