@@ -51,6 +51,9 @@ type Config struct {
 	TLSCert, TLSKey string
 	// TLSClientCA, when set, turns on mutual TLS: clients must present a certificate signed by it.
 	TLSClientCA string
+	// TLSServerName, when set, is the name routers' certificates are verified against when the
+	// agent dials them (pins), instead of the dialled address (routers are dialled by pod IP).
+	TLSServerName string
 	// PinsAddr is a router's gRPC address (in Kubernetes, the router Service) whose pin table the
 	// node follows to hold its prefix pins. Default "": with gossip on, any router that runs a
 	// pin-store voter, found in gossip; without gossip, no pins.
@@ -235,6 +238,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "gRPC server certificate `file` (PEM); empty serves plaintext")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "gRPC server private key `file` (PEM)")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "CA `file` (PEM) for client certificates; setting it requires mutual TLS")
+	fs.StringVar(&cfg.TLSServerName, "tls-server-name", cfg.TLSServerName, "verify routers' certificates against this `name` instead of the dialled address")
 	fs.StringVar(&cfg.PinsAddr, "pins-addr", cfg.PinsAddr, "router gRPC `host:port` to follow the pin table from (default: routers found in gossip)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish before closing them")

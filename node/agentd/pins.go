@@ -188,5 +188,6 @@ func clientCredentials(cfg Config) (grpc.DialOption, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert/--tls-key/--tls-client-ca: %w", err)
 	}
+	tc.ServerName = cfg.TLSServerName
 	return grpc.WithTransportCredentials(credentials.NewTLS(tc)), nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -57,6 +58,12 @@ func newTestCA(t *testing.T, dir, name string) *testCA {
 // issue writes name.pem and name-key.pem, a leaf for 127.0.0.1 usable by servers and clients.
 func (ca *testCA) issue(t *testing.T, name string, serial int64) (certFile, keyFile string) {
 	t.Helper()
+	return ca.issueFor(t, name, serial, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+}
+
+// issueFor is issue with the given subject alternative names.
+func (ca *testCA) issueFor(t *testing.T, name string, serial int64, dns []string, ips []net.IP) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,7 @@ func (ca *testCA) issue(t *testing.T, name string, serial int64) (certFile, keyF
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: ips, DNSNames: dns,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -153,5 +160,53 @@ func TestMutualTLS(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+// TestTLSServerName: with --tls-server-name the agent verifies a router's certificate against
+// that name, not the address it dials (routers are dialled by pod IP, which certificates rarely
+// name); without it, a certificate that names no IP is refused.
+func TestTLSServerName(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "ca")
+	serverCert, serverKey := ca.issueFor(t, "router", 2, []string{"prefixmesh.cluster"}, nil)
+	clientCert, clientKey := ca.issue(t, "node", 3)
+	cert, err := tls.LoadX509KeyPair(serverCert, serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	dial := func(serverName string) error {
+		cfg := DefaultConfig()
+		cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA, cfg.TLSServerName = clientCert, clientKey, filepath.Join(dir, "ca.pem"), serverName
+		opt, err := clientCredentials(cfg)
+		if err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient(lis.Addr().String(), opt)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := dial("prefixmesh.cluster"); err != nil {
+		t.Fatalf("with --tls-server-name: %v", err)
+	}
+	if err := dial(""); err == nil {
+		t.Fatal("a certificate that names no IP was accepted for an IP address")
 	}
 }

@@ -53,6 +53,10 @@ type ServeConfig struct {
 	// TLSClientCA is the cluster CA: set, the gRPC server and Raft require client certificates
 	// it signed (mTLS), and outbound connections verify servers against it.
 	TLSClientCA string
+	// TLSServerName, when set, is the name every cluster member's certificate carries: peers
+	// are verified against it rather than the address they are dialled at (members are dialled
+	// by pod IP, which certificates rarely name).
+	TLSServerName string
 	// HTTPTLSCert and HTTPTLSKey make the front door speak HTTPS; HTTPTLSClientCA also requires
 	// client certificates. Separate from --tls-*: OpenAI clients and Prometheus are outside the
 	// cluster's mTLS.
@@ -260,6 +264,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "cluster certificate `file` (PEM) for gRPC and Raft, also the client certificate toward nodes and routers")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "cluster private key `file` (PEM)")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "cluster CA `file` (PEM): require client certificates on gRPC and Raft, verify servers when dialling")
+	fs.StringVar(&cfg.TLSServerName, "tls-server-name", cfg.TLSServerName, "verify cluster peers' certificates against this `name` instead of the dialled address")
 	fs.StringVar(&cfg.HTTPTLSCert, "http-tls-cert", cfg.HTTPTLSCert, "front door HTTPS certificate `file` (PEM); empty serves plain HTTP")
 	fs.StringVar(&cfg.HTTPTLSKey, "http-tls-key", cfg.HTTPTLSKey, "front door HTTPS private key `file` (PEM)")
 	fs.StringVar(&cfg.HTTPTLSClientCA, "http-tls-client-ca", cfg.HTTPTLSClientCA, "CA `file` (PEM) for front-door client certificates (mTLS)")

@@ -27,6 +27,7 @@ func loadTLS(cfg ServeConfig) (tlsSetup, error) {
 		if t.clusterClient, err = tlsfiles.Client(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			return t, err
 		}
+		t.clusterClient.ServerName = cfg.TLSServerName
 	}
 	if cfg.HTTPTLSCert != "" {
 		if t.http, err = tlsfiles.Server(cfg.HTTPTLSCert, cfg.HTTPTLSKey, cfg.HTTPTLSClientCA); err != nil {

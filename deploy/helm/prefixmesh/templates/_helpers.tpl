@@ -69,6 +69,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 --gossip-key-file=/etc/prefixmesh/gossip/gossip.key
 {{- end }}
 {{- if .Values.tls.enabled }}
+--tls-server-name={{ include "prefixmesh.tlsServerName" . }}
 --tls-cert=/etc/prefixmesh/tls/tls.crt
 --tls-key=/etc/prefixmesh/tls/tls.key
 --tls-client-ca=/etc/prefixmesh/tls/ca.crt
@@ -87,4 +88,10 @@ httpGet:
 grpc:
   port: {{ .grpc }}
 {{- end -}}
+{{- end -}}
+
+{{/* The name every member's certificate carries; peers verify it instead of the pod IP they
+dial. */}}
+{{- define "prefixmesh.tlsServerName" -}}
+{{- .Values.tls.serverName | default (printf "%s.%s.prefixmesh" (include "prefixmesh.fullname" .) .Release.Namespace) -}}
 {{- end -}}
