@@ -82,8 +82,8 @@ func run(path, flagsDir, root string) error {
 			daemonSets = append(daemonSets, o)
 		case "PodDisruptionBudget":
 			err = yaml.UnmarshalStrict(doc, &policyv1.PodDisruptionBudget{})
-		case "ServiceMonitor":
-			err = checkServiceMonitor(doc)
+		case "ServiceMonitor", "PodMonitor":
+			err = checkMonitor(doc)
 		default:
 			err = errors.New("unexpected kind (add it to chartcheck)")
 		}
@@ -164,21 +164,24 @@ func drainTimeout(flags string) (time.Duration, error) {
 	return 0, errors.New("no --drain-timeout in the flag file")
 }
 
-func checkServiceMonitor(doc []byte) error {
-	var sm struct {
+// checkMonitor decodes a Prometheus operator ServiceMonitor or PodMonitor strictly against the
+// fields the chart uses (the operator's Go types would pull in its whole module).
+func checkMonitor(doc []byte) error {
+	var m struct {
 		APIVersion string         `json:"apiVersion"`
 		Kind       string         `json:"kind"`
 		Metadata   map[string]any `json:"metadata"`
 		Spec       struct {
-			Selector  map[string]any   `json:"selector"`
-			Endpoints []map[string]any `json:"endpoints"`
+			Selector            map[string]any   `json:"selector"`
+			Endpoints           []map[string]any `json:"endpoints"`
+			PodMetricsEndpoints []map[string]any `json:"podMetricsEndpoints"`
 		} `json:"spec"`
 	}
-	if err := yaml.UnmarshalStrict(doc, &sm); err != nil {
+	if err := yaml.UnmarshalStrict(doc, &m); err != nil {
 		return err
 	}
-	if sm.APIVersion != "monitoring.coreos.com/v1" || len(sm.Spec.Endpoints) == 0 {
-		return errors.New("ServiceMonitor needs monitoring.coreos.com/v1 and an endpoint")
+	if m.APIVersion != "monitoring.coreos.com/v1" || len(m.Spec.Endpoints)+len(m.Spec.PodMetricsEndpoints) == 0 {
+		return errors.New("a monitor needs monitoring.coreos.com/v1 and an endpoint")
 	}
 	return nil
 }
