@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,14 +26,14 @@ func startGossip(ctx context.Context, cfg Config, tree *local.RadixTree, epoch u
 		return nil, err
 	}
 	gc.Meta.Epoch = epoch
-	gc.Meta.GRPCAddr = reachableAddr(grpcAddr, gc.AdvertiseAddr)
+	gc.Meta.GRPCAddr = cluster.ReachableAddr(grpcAddr, gc.AdvertiseAddr)
 	gc.Meta.EngineURL = cfg.EngineURL
 	gc.Meta.Model = cfg.Model
 	gc.Meta.BlockSize = uint32(cfg.BlockSize)
 	if cfg.Engine == engineSim {
 		gc.Meta.KVCapacity = uint64(cfg.KVBlocks)
 		if cfg.EngineURL == "" {
-			gc.Meta.EngineURL = "http://" + reachableAddr(httpAddr, gc.AdvertiseAddr) // the bound port, not a listen port 0
+			gc.Meta.EngineURL = "http://" + cluster.ReachableAddr(httpAddr, gc.AdvertiseAddr) // the bound port, not a listen port 0
 		}
 	}
 	gc.Logger = logger.With("component", "gossip")
@@ -61,33 +60,4 @@ func simLoad(e *simengine.Engine) cluster.LoadFunc {
 			QueuedPrefillTokens: uint64(max(l.QueuedPrefillTokens, 0)),
 		}
 	}
-}
-
-// reachableAddr is the address routers should dial for a listener: its own address unless it
-// listens on every interface, then the gossip advertise host (or the first non-loopback
-// address). A Unix socket is not reachable from routers: "" (routers cannot repair this node).
-func reachableAddr(a net.Addr, advertise string) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok {
-		return ""
-	}
-	if !tcp.IP.IsUnspecified() {
-		return tcp.String()
-	}
-	return net.JoinHostPort(hostFor(advertise), strconv.Itoa(tcp.Port))
-}
-
-func hostFor(advertise string) string {
-	if advertise != "" {
-		return advertise
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-				return ipn.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }

@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/prefixmesh/prefixmesh/cluster"
 )
 
 func TestGossipFlags(t *testing.T) {
@@ -34,8 +36,8 @@ func TestReachableAddr(t *testing.T) {
 		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 8080}, "10.0.0.9", "10.0.0.9:8080"}, // ":8080" binds [::]
 		{&net.UnixAddr{Name: "/tmp/s", Net: "unix"}, "", ""},
 	} {
-		if got := reachableAddr(c.addr, c.advertise); got != c.want {
-			t.Errorf("reachableAddr(%v, %q) = %q, want %q", c.addr, c.advertise, got, c.want)
+		if got := cluster.ReachableAddr(c.addr, c.advertise); got != c.want {
+			t.Errorf("ReachableAddr(%v, %q) = %q, want %q", c.addr, c.advertise, got, c.want)
 		}
 	}
 }

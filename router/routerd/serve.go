@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -102,10 +101,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if grpcAddr == "" {
 		// Peers dial this address: a wildcard bind (":7070", as in Kubernetes) is announced with
 		// the gossip advertise host or this host's first private address, never "[::]".
-		grpcAddr = grpcLis.Addr().String()
-		if tcp, ok := grpcLis.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
-			grpcAddr = net.JoinHostPort(hostFor(advertiseHost(cfg.Gossip.Advertise)), strconv.Itoa(tcp.Port))
-		}
+		grpcAddr = cluster.ReachableAddr(grpcLis.Addr(), advertiseHost(cfg.Gossip.Advertise))
 	}
 
 	// 2. The pin plane: a Raft voter starts here when it needs no peers, so that its Raft

@@ -164,7 +164,7 @@ func raftAdvertise(ctx context.Context, cfg ServeConfig, gossipAdvertise string,
 			return "", nil
 		}
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-			host = hostFor(gossipAdvertise)
+			host = cluster.ReachableHost(gossipAdvertise)
 		}
 		addr = net.JoinHostPort(host, port)
 	}
@@ -183,21 +183,6 @@ func raftAdvertise(ctx context.Context, cfg ServeConfig, gossipAdvertise string,
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// hostFor is the gossip advertise host, or this machine's first private IPv4 address.
-func hostFor(advertise string) string {
-	if advertise != "" {
-		return advertise
-	}
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-				return ipn.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }
 
 // hasRaftState reports whether dir holds a Raft log (pins.Config: "raft.db"): a restarted
