@@ -1,14 +1,13 @@
 package pins
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/prefixmesh/prefixmesh/local"
 )
 
 // Size caps. Every command is checked against them before it is proposed (and again when a log
@@ -115,30 +114,10 @@ type PrefixPin struct {
 func (p PrefixPin) Key() PrefixKey { return PrefixKey{p.AdapterID, p.Hash} }
 
 // PrefixHash is the canonical hash of a whole token prefix: the canonical block hash of DESIGN.md
-// §4 with the entire prefix as one block, xxhash64(LE64(seed(adapter)) ‖ LE32(tok…)), equal to
-// local.ChainHash(local.AdapterSeed(adapter), tokens). It is a key, not proof of identity: the
+// §4 with the entire prefix as one block, xxhash64(LE64(seed(adapter)) ‖ LE32(tok…)). It is a key, not proof of identity: the
 // FSM compares the stored tokens too and refuses a colliding prefix.
 func PrefixHash(adapterID uint64, tokens []uint32) uint64 {
-	var seed uint64
-	var b [8]byte
-	if adapterID != 0 {
-		binary.LittleEndian.PutUint64(b[:], adapterID)
-		seed = xxhash.Sum64(b[:])
-	}
-	var d xxhash.Digest
-	d.Reset()
-	binary.LittleEndian.PutUint64(b[:], seed)
-	_, _ = d.Write(b[:])
-	var buf [256]byte
-	for len(tokens) > 0 {
-		n := min(len(tokens), len(buf)/4)
-		for i := 0; i < n; i++ {
-			binary.LittleEndian.PutUint32(buf[i*4:], tokens[i])
-		}
-		_, _ = d.Write(buf[:n*4])
-		tokens = tokens[n:]
-	}
-	return d.Sum64()
+	return local.ChainHash(local.AdapterSeed(adapterID), tokens)
 }
 
 // normalizeNodes returns the sorted, de-duplicated copy of nodes.
