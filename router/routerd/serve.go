@@ -166,7 +166,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	undo = append(undo, func() { _ = agent.Close(context.Background()) })
 	fd.start(ctx)
-	undo = append(undo, func() { _ = fd.shutdown(context.Background()) })
+	undo = append(undo, func() { _ = fd.Shutdown(context.Background()) })
 	served := make(chan error, 2)
 	go func() { served <- serveErr("http", serveHTTP(httpSrv, httpLis)) }()
 	undo = append(undo, func() { _ = httpSrv.Close(); <-served })
@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	healthSrv.Shutdown() // NOT_SERVING, and health Watch streams end
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
-	if err := fd.shutdown(drainCtx); err != nil {
+	if err := fd.Shutdown(drainCtx); err != nil {
 		logger.Warn("front door drain incomplete", "err", err)
 	}
 	plane.stopLoop() // no reconcile against a membership we are leaving

@@ -50,10 +50,6 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *rou
 // start runs the probes and the overlay expiry until shutdown.
 func (f *frontDoor) start(ctx context.Context) { f.Start(ctx) }
 
-// shutdown refuses new requests and waits for those in flight (streams included) until ctx
-// ends, then stops the background loops.
-func (f *frontDoor) shutdown(ctx context.Context) error { return f.Shutdown(ctx) }
-
 // httpServer serves the router's HTTP listener: /metrics and /healthz (SERVING once the mirror
 // has synced, 503 while draining) are the router's, every other path is the front door's.
 func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, ready *atomic.Bool, logger *slog.Logger) *http.Server {
