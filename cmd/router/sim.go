@@ -24,8 +24,8 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing/sim"
 )
 
-// defaultTrace is the standard trace, relative to the repository root (shared/ sits beside it).
-const defaultTrace = "../shared/data/traces/synthetic_trace.jsonl"
+// defaultTrace is the standard trace, relative to the repository root (the traces ship in data/traces).
+const defaultTrace = "data/traces/synthetic_trace.jsonl"
 
 // A long run reports on stderr at most every progressEvery and every progressStep percent: often
 // enough to show it is alive, rarely enough not to flood a log.

@@ -11,12 +11,11 @@ import (
 	"testing"
 )
 
-// simArgs runs `router sim` on a short slice of the standard trace, skipping when the shared
-// traces are not beside the repository.
+// simArgs runs `router sim` on a short slice of the standard trace (shipped in data/traces).
 func simArgs(t *testing.T, extra ...string) (stdout string) {
 	t.Helper()
 	if _, err := findTrace(defaultTrace); err != nil {
-		t.Skipf("standard trace not available: %v", err)
+		t.Fatalf("standard trace (shipped in data/traces): %v", err)
 	}
 	var out, errb bytes.Buffer
 	args := append([]string{"--limit", "300", "--seed", "3", "--loss", "0.05"}, extra...)

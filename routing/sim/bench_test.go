@@ -13,9 +13,9 @@ import (
 // overhead (routing, index, events). `go test -bench Run -benchmem -cpuprofile cpu.out` shows
 // where the time goes.
 func BenchmarkRunStandardTrace(b *testing.B) {
-	f, err := os.Open("../../../shared/data/traces/synthetic_trace.jsonl")
+	f, err := os.Open("../../data/traces/synthetic_trace.jsonl")
 	if err != nil {
-		b.Skipf("standard trace not available: %v", err)
+		b.Fatalf("standard trace (shipped in data/traces): %v", err)
 	}
 	tr, err := ReadMooncake(f, ReadOptions{Limit: 1000})
 	f.Close()

@@ -105,9 +105,9 @@ func TestZeroDelayExact(t *testing.T) {
 // TestZeroDelayExactStandardTrace is TestZeroDelayExact on the first 300 requests of the
 // standard trace, re-spaced to one at a time, on the standard fleet.
 func TestZeroDelayExactStandardTrace(t *testing.T) {
-	f, err := os.Open("../../../shared/data/traces/synthetic_trace.jsonl")
+	f, err := os.Open("../../data/traces/synthetic_trace.jsonl")
 	if err != nil {
-		t.Skipf("standard trace not available: %v", err)
+		t.Fatalf("standard trace (shipped in data/traces): %v", err)
 	}
 	defer f.Close()
 	tr, err := ReadMooncake(f, ReadOptions{Limit: 300})
