@@ -122,7 +122,9 @@ func (g *GenParams) MaxTokensOr(def int) int {
 }
 
 // IncludeUsage reports stream_options.include_usage.
-func (g *GenParams) IncludeUsage() bool { return g.StreamOptions != nil && g.StreamOptions.IncludeUsage }
+func (g *GenParams) IncludeUsage() bool {
+	return g.StreamOptions != nil && g.StreamOptions.IncludeUsage
+}
 
 // ParseMessages parses a chat request's messages (required, non-empty), naming the message at
 // fault. Roles are names without '|', '<', '>' or newlines, so that a role cannot forge the chat
