@@ -342,3 +342,30 @@ func (p *promptParser) kind() string {
 	}
 	return strconv.Quote(string(p.b[p.pos : p.pos+1]))
 }
+
+// ParseIDs parses a JSON array of token ids (a field such as /detokenize's "tokens"), with the
+// prompt parser's rules: at least one id, no nulls, each an integer in 0..2^32-1.
+func ParseIDs(raw []byte, param string) ([]uint32, error) {
+	p := promptParser{b: raw}
+	p.space()
+	switch {
+	case p.pos == len(p.b) || p.literal("null"):
+		return nil, invalidParam(param, "%s is required", param)
+	case !p.at('['):
+		return nil, invalidParam(param, "%s must be an array of token ids, got %s", param, p.kind())
+	}
+	p.pos++
+	p.space()
+	if p.at(']') {
+		return nil, invalidParam(param, "%s is empty", param)
+	}
+	ids, err := p.ids(make([]uint32, 0, 1+bytes.Count(raw, []byte{','})), param)
+	if err != nil {
+		return nil, err
+	}
+	p.space()
+	if p.pos != len(p.b) {
+		return nil, invalidParam(param, "%s: unexpected %s after the value", param, p.kind())
+	}
+	return ids, nil
+}

@@ -220,3 +220,15 @@ func FuzzParsePrompt(f *testing.F) {
 		}
 	})
 }
+
+func TestParseIDs(t *testing.T) {
+	if ids, err := ParseIDs([]byte(` [1, 2] `), "tokens"); err != nil || !slices.Equal(ids, []uint32{1, 2}) {
+		t.Fatalf("%v %v", ids, err)
+	}
+	for _, raw := range []string{``, `null`, `[]`, `"a"`, `[1,null]`, `[[1]]`, `[1] 2`, `[-1]`} {
+		var e *Error
+		if _, err := ParseIDs([]byte(raw), "tokens"); !errors.As(err, &e) || e.Param != "tokens" {
+			t.Errorf("%q: %v", raw, err)
+		}
+	}
+}
