@@ -51,6 +51,10 @@ type Server struct {
 	created int64
 	adm     admission
 	handler http.Handler
+	// stop ends every attempt in flight when Shutdown's deadline passes, so streams end with
+	// an SSE error event instead of a bare EOF.
+	stop       context.Context
+	stopCancel context.CancelFunc
 
 	mu      sync.Mutex // guards httpSrv
 	httpSrv *http.Server
@@ -67,6 +71,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, reg: deps.Registry, log: deps.Logger,
 		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}}
+	s.stop, s.stopCancel = context.WithCancel(context.Background())
 	if s.health == nil {
 		s.health = nopHealth{}
 	}
@@ -234,7 +239,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-idle:
 	case <-ctx.Done():
 		err = ctx.Err()
+		// Cut the streams still in flight: each ends with an SSE error event, written
+		// before their connections close (bounded by drainEventGrace).
+		s.stopCancel()
+		grace := time.NewTimer(drainEventGrace)
+		select {
+		case <-idle:
+		case <-grace.C:
+		}
+		grace.Stop()
 	}
+	defer s.stopCancel()
 	s.mu.Lock()
 	srv := s.httpSrv
 	s.mu.Unlock()
@@ -250,6 +265,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.client.CloseIdleConnections()
 	return err
 }
+
+// drainEventGrace bounds how long Shutdown waits, once its deadline has passed, for the cut
+// streams to write their error events: writing one event to a live connection takes
+// microseconds, so 1 s only matters for clients that stopped reading.
+const drainEventGrace = time.Second
 
 // admission is the router's own in-flight bound: a counter, not a queue, so a request over the
 // cap is refused at once (429) and a draining server refuses everything new (503).
