@@ -13,8 +13,8 @@ type metrics struct {
 	estimateError prometheus.Histogram     // |estimate − cached_tokens| in tokens
 	ttft          prometheus.Histogram     // seconds to the first token (streams) or the response
 	latency       *prometheus.HistogramVec // endpoint
-	retries       *prometheus.CounterVec // cause
-	ejections     *prometheus.CounterVec // node
+	retries       *prometheus.CounterVec   // cause
+	ejections     *prometheus.CounterVec   // node
 	// firstByteTimeouts counts attempts whose engine sent no response headers in time, by node.
 	firstByteTimeouts *prometheus.CounterVec
 	// brokenStreams counts responses cut after they began, by node and cause.
