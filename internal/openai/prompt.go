@@ -56,31 +56,47 @@ func ParsePrompt(raw []byte) (Prompt, error) {
 }
 
 func (p *promptParser) parse(raw []byte) (Prompt, error) {
-	p.b, p.pos = raw, 0
+	out, end, err := p.parseAt(raw, 0)
+	if err != nil {
+		return Prompt{}, err
+	}
+	p.pos = end
+	p.space()
+	if p.pos != len(p.b) {
+		return Prompt{}, invalidParam("prompt", "prompt: unexpected %s after the value", p.kind())
+	}
+	return out, nil
+}
+
+// parseAt parses the prompt value starting at b[start] (whitespace allowed before it) and returns
+// it with the index after it; item spans are relative to start. The request scanner calls it in
+// place of its generic value skipper, so the prompt is read once.
+func (p *promptParser) parseAt(b []byte, start int) (Prompt, int, error) {
+	p.b, p.pos = b, start
 	p.space()
 	if p.pos == len(p.b) || p.literal("null") {
-		return Prompt{}, invalidParam("prompt", "prompt is required")
+		return Prompt{}, p.pos, invalidParam("prompt", "prompt is required")
 	}
 	var out Prompt
 	switch p.b[p.pos] {
 	case '"':
 		it, err := p.text("prompt")
 		if err != nil {
-			return Prompt{}, err
+			return Prompt{}, p.pos, err
 		}
 		out.Items = []PromptItem{it}
 	case '[':
 		if err := p.array(&out); err != nil {
-			return Prompt{}, err
+			return Prompt{}, p.pos, err
 		}
 	default:
-		return Prompt{}, invalidParam("prompt", "prompt must be a string, an array of token ids, an array of strings or an array of arrays of token ids; got %s", p.kind())
+		return Prompt{}, p.pos, invalidParam("prompt", "prompt must be a string, an array of token ids, an array of strings or an array of arrays of token ids; got %s", p.kind())
 	}
-	p.space()
-	if p.pos != len(p.b) {
-		return Prompt{}, invalidParam("prompt", "prompt: unexpected %s after the value", p.kind())
+	for i := range out.Items {
+		out.Items[i].Start -= start
+		out.Items[i].End -= start
 	}
-	return out, nil
+	return out, p.pos, nil
 }
 
 // array parses the top-level array: token ids, or a batch of strings or of id arrays, decided by
@@ -100,8 +116,13 @@ func (p *promptParser) array(out *Prompt) error {
 		out.Batch = true
 		return p.batch(out)
 	}
-	// Token ids: a comma count bounds their number, so the slice is allocated once.
-	ids := make([]uint32, 0, 1+bytes.Count(p.b[p.pos:], []byte{','}))
+	// Token ids: the commas before the array's ']' bound their number, so the slice is
+	// allocated once.
+	rest := p.b[p.pos:]
+	if end := bytes.IndexByte(rest, ']'); end >= 0 {
+		rest = rest[:end]
+	}
+	ids := make([]uint32, 0, 1+bytes.Count(rest, []byte{','}))
 	ids, err := p.ids(ids, "prompt")
 	if err != nil {
 		return err
@@ -164,6 +185,28 @@ func (p *promptParser) batch(out *Prompt) error {
 // ids parses token ids after an array's '[' (at least one, whitespace skipped) through its ']'.
 func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 	for i := 0; ; i++ {
+		// Fast path, the common case: plain digits directly followed by ',' or ']'.
+		if b, j := p.b, p.pos; j < len(b) && b[j] >= '1' && b[j] <= '9' {
+			var v uint64
+			k := j
+			for k < len(b) && k-j < 11 {
+				d := b[k] - '0'
+				if d > 9 {
+					break
+				}
+				v = v*10 + uint64(d)
+				k++
+			}
+			if k < len(b) && v <= maxIDValue && (b[k] == ',' || b[k] == ']') {
+				p.steps += k - j + 1
+				ids = append(ids, uint32(v))
+				p.pos = k + 1
+				if b[k] == ']' {
+					return ids, nil
+				}
+				continue
+			}
+		}
 		p.steps++
 		p.space()
 		if p.pos == len(p.b) {

@@ -48,46 +48,57 @@ type Chat struct {
 	Messages []tokenizer.ChatMessage
 }
 
-type completionBody struct {
-	GenParams
-	Prompt json.RawMessage `json:"prompt"`
-}
-
-type chatBody struct {
-	GenParams
-	Messages json.RawMessage `json:"messages"`
-}
-
-// ParseCompletion parses and validates a completions body in time linear in its length.
+// ParseCompletion parses and validates a completions body in one pass linear in its length: the
+// scanner validates the JSON and hands over each member's span; the prompt goes to ParsePrompt,
+// the small fields to encoding/json.
 func ParseCompletion(body []byte) (*Completion, error) {
-	var b completionBody
-	if err := Decode(body, &b); err != nil {
-		return nil, err
-	}
-	if err := b.GenParams.validate(); err != nil {
-		return nil, err
-	}
-	p, err := ParsePrompt(b.Prompt)
+	var c Completion
+	seen := false
+	s := scanner{prompt: &promptParser{}}
+	err := s.members(body, func(key string, val []byte) error {
+		if key == "prompt" {
+			seen = true
+			return nil
+		}
+		_, err := c.GenParams.genField(key, val)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &Completion{GenParams: b.GenParams, Prompt: p}, nil
+	if err := c.GenParams.validate(); err != nil {
+		return nil, err
+	}
+	if !seen {
+		return nil, Invalid("prompt", "prompt is required")
+	}
+	c.Prompt = s.parsed
+	return &c, nil
 }
 
-// ParseChat parses and validates a chat completions body in time linear in its length.
+// ParseChat parses and validates a chat completions body in one pass linear in its length.
 func ParseChat(body []byte) (*Chat, error) {
-	var b chatBody
-	if err := Decode(body, &b); err != nil {
-		return nil, err
-	}
-	if err := b.GenParams.validate(); err != nil {
-		return nil, err
-	}
-	msgs, err := ParseMessages(b.Messages)
+	var c Chat
+	var msgs []byte
+	var s scanner
+	err := s.members(body, func(key string, val []byte) error {
+		if key == "messages" {
+			msgs = val
+			return nil
+		}
+		_, err := c.GenParams.genField(key, val)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &Chat{GenParams: b.GenParams, Messages: msgs}, nil
+	if err := c.GenParams.validate(); err != nil {
+		return nil, err
+	}
+	if c.Messages, err = ParseMessages(msgs); err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 // validate applies vLLM's rules to the shared fields: max_tokens (or max_completion_tokens,

@@ -12,7 +12,7 @@ func TestParseCompletionErrorsNameFields(t *testing.T) {
 	for _, tc := range []struct{ body, param, msg string }{
 		{``, "", "body is empty"},
 		{`null`, "", "must be a JSON object, got null"},
-		{`[1]`, "", "must be a JSON object, got array"},
+		{`[1]`, "", "must be a JSON object, got an array"},
 		{`{"prompt":"x"} {}`, "", "trailing data"},
 		{`{"prompt":`, "", "invalid JSON"},
 		{`{"prompt":"x","max_tokens":"5"}`, "max_tokens", "max_tokens: expected an integer, got string"},
