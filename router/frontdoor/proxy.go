@@ -152,14 +152,23 @@ func (s *Server) readBodyTimed(w http.ResponseWriter, r *http.Request) ([]byte, 
 	return body, err
 }
 
-// readBody reads the whole body, at most limit bytes (more is an *http.MaxBytesError), sized by
-// Content-Length when the client sent one.
+// readBody reads the whole body, at most limit bytes (more is an *http.MaxBytesError). With a
+// Content-Length it reads into one buffer of exactly that size (bytes.Buffer.ReadFrom would
+// double it at the end, to keep 512 bytes free).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	var buf bytes.Buffer
-	if r.ContentLength > 0 && r.ContentLength <= limit {
-		buf.Grow(int(r.ContentLength) + 1) // +1: ReadFrom's final read finds EOF without growing
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("the body ended before its Content-Length of %d bytes: %w", n, err)
+			}
+			return nil, err
+		}
+		return buf, nil
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(body)
 	return buf.Bytes(), err
 }
 
