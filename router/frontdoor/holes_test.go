@@ -231,3 +231,18 @@ func brokenByCause(t *testing.T, f *fleet, node, cause string) float64 {
 	}
 	return 0
 }
+
+// The issue's hostile body, 9,999 nested one-element arrays as the prompt, is refused at the third
+// level (400 naming prompt[0]), both by the front door and by the engine behind it; the parser's
+// linearity itself is checked by internal/openai's step-counting fuzz target.
+func TestNestedPromptRefused(t *testing.T) {
+	f := startFleet(t, fleetOpts{nodes: 1})
+	body := `{"prompt":` + strings.Repeat("[", 9999) + "1" + strings.Repeat("]", 9999) + `}`
+	for _, base := range []string{f.srv.URL, f.nodes[0].srv.URL} {
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkError(t, base, resp, http.StatusBadRequest, codeInvalid, "nest at most two levels")
+	}
+}

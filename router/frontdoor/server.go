@@ -195,6 +195,7 @@ func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if s.adm.isDraining() {
 		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", retryAfterSeconds)
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, `{"status":"draining"}`+"\n")
 		return
