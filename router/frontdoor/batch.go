@@ -102,7 +102,7 @@ func (s *Server) runBatchItem(ctx context.Context, r *http.Request, path string,
 	sw := httpstatus.Wrap(cw)
 	lg := reqLog{endpoint: strings.TrimPrefix(path, "/v1/"), model: it.g.model, stream: it.g.stream, estimate: -1, cached: -1}
 	defer func() {
-		if p := recover(); p != nil && p != http.ErrAbortHandler { //nolint:errorlint // a sentinel value
+		if p := recover(); p != nil && p != http.ErrAbortHandler {
 			panic(p)
 		} else if p != nil {
 			cw.aborted = true
