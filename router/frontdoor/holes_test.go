@@ -246,3 +246,37 @@ func TestNestedPromptRefused(t *testing.T) {
 		checkError(t, base, resp, http.StatusBadRequest, codeInvalid, "nest at most two levels")
 	}
 }
+
+// headersThenSilence sends its response headers at once and then nothing, as a vLLM whose HTTP
+// server runs while its engine core hangs.
+type headersThenSilence struct{}
+
+func (headersThenSilence) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/models" {
+		_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	http.NewResponseController(w).Flush()
+	<-r.Context().Done()
+}
+
+// The first-byte deadline covers the first byte of the body, not just the headers: nothing has
+// reached the client yet, so the request is retried on a healthy node.
+func TestHeadersThenSilenceRetried(t *testing.T) {
+	good := startSimNode(t, "good", fastEngineConfig())
+	f := startFrontDoor(t, []NodeTarget{target("mute", httptestServer(t, headersThenSilence{}).URL), target("good", good.srv.URL)},
+		fleetOpts{policy: "round-robin", cfg: func(c *Config) { c.FirstByteFloor = 200 * time.Millisecond; c.FirstByteCeiling = time.Second }})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for i := range 2 {
+		r, err := do(ctx, http.DefaultClient, f.srv.URL, "/v1/completions", fmt.Sprintf(`{"prompt":"h%d","max_tokens":2,"stream":true}`, i), nil)
+		if err != nil || r.status != http.StatusOK || !r.done || r.header.Get(HeaderNode) != "good" {
+			t.Fatalf("request %d: %+v %v", i, r, err)
+		}
+	}
+	if got := retriesByCause(t, f, causeFirstByte); got < 1 || got != counterValue(t, f.reg, "prefixmesh_frontdoor_first_byte_timeouts_total") {
+		t.Fatalf("first-byte retries %v, timeouts %v", got, counterValue(t, f.reg, "prefixmesh_frontdoor_first_byte_timeouts_total"))
+	}
+}

@@ -250,8 +250,18 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			fb = at.watchdog(s.firstByteTimeout(pk), errFirstByteTimeout)
 		}
 		resp, err := s.send(at.ctx, pk, path, body, r.Header)
+		var first []byte
+		if fb != nil && err == nil && resp.StatusCode < 300 {
+			// The first byte of the body, under the same deadline: an engine may send its
+			// headers at once and stall after (vLLM starts its stream before the engine core
+			// answers), and until a byte has been relayed the request can still go elsewhere.
+			if first, err = readFirst(resp.Body); err != nil {
+				resp.Body.Close()
+				err = fmt.Errorf("node %s: before the first byte: %w", pk.NodeID, err)
+			}
+		}
 		if fb != nil && !fb.Stop() && err == nil {
-			resp.Body.Close() // the headers raced the deadline and lost
+			resp.Body.Close() // the first byte raced the deadline and lost
 			err = fmt.Errorf("node %s: %w", pk.NodeID, errFirstByteTimeout)
 		}
 		switch {
@@ -295,11 +305,32 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			continue
 		}
 		s.health.ReportSuccess(pk.NodeID)
-		s.respond(w, resp, pk, at, start, lg)
+		s.respond(w, resp, first, pk, at, start, lg)
 		at.end()
 		return
 	}
 	s.writeFailure(w, last)
+}
+
+// firstReadBytes is the most readFirst takes: one SSE event is a few hundred bytes.
+const firstReadBytes = 4 << 10
+
+// readFirst reads the first bytes of an upstream body (an EOF after some is fine: the body is
+// that short).
+func readFirst(body io.Reader) ([]byte, error) {
+	buf := make([]byte, firstReadBytes)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			return buf[:n], nil
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, nil
+			}
+			return nil, err
+		}
+	}
 }
 
 // send forwards the original body to the chosen engine.
@@ -326,7 +357,7 @@ func (s *Server) send(ctx context.Context, pk Pick, path string, body []byte, h 
 // respond relays an upstream answer (any status below 500 but 429) to the client and records
 // the outcome. A stream that goes quiet for StreamIdleTimeout is cut; a stream cut by the
 // engine, a deadline or the drain ends with an SSE error event and a WARN line.
-func (s *Server) respond(w http.ResponseWriter, resp *http.Response, pk Pick, at *attempt, start time.Time, lg *reqLog) {
+func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first []byte, pk Pick, at *attempt, start time.Time, lg *reqLog) {
 	// The engine's Content-Type, not the request's stream flag, decides how to relay: an engine
 	// may answer an error as JSON to a streaming request.
 	defer resp.Body.Close()
@@ -352,7 +383,11 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, pk Pick, at
 	}
 	obs := newObserver(isSSE, start, cached, pk.FirstToken)
 	idle := at.watchdog(s.cfg.StreamIdleTimeout, errIdleTimeout)
-	rerr := relay(w, resp.Body, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
+	var src io.Reader = resp.Body
+	if len(first) > 0 {
+		src = io.MultiReader(bytes.NewReader(first), resp.Body)
+	}
+	rerr := relay(w, src, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
 	ttft := obs.ttft
 	if !isSSE {
 		ttft = headerAt
