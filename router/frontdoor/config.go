@@ -56,8 +56,8 @@ type Config struct {
 	// admission slot for at most that long (without it five stalled uploads locked a
 	// --max-inflight=5 router out for good). Answered 408.
 	BodyTimeout time.Duration
-	// FirstByteFloor and FirstByteCeiling bound the wait for a streaming request's response
-	// headers from the engine, which is firstByteSlack × the node's expected time to first
+	// FirstByteFloor and FirstByteCeiling bound the wait for the first byte of a streaming
+	// request's response from the engine (headers and the first body bytes), which is firstByteSlack × the node's expected time to first
 	// token (its queued plus this request's uncached prefill at its prefill rate) clamped to
 	// [floor, ceiling]. The floor, 2 s, absorbs scheduling and load-report staleness for short
 	// prompts; the ceiling, 60 s, is the longest a healthy engine's queue should make a client

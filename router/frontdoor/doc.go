@@ -5,7 +5,7 @@
 // are, chat messages through tokenizer.RenderChat), asks a Picker for the node whose cache holds
 // the longest useful prefix under the load bound, and forwards the original body unchanged to that
 // node's engine, relaying the response as it arrives (SSE chunk by chunk, flushed per read). A
-// connect error, a first-byte timeout (streams: no response headers within firstByteSlack × the
+// connect error, a first-byte timeout (streams: no byte of the answer within firstByteSlack × the
 // node's expected TTFT, clamped), a 429 or a 5xx before anything reached the client is retried
 // once on the next-best node; once bytes have been relayed, errors (the engine's, the idle
 // deadline's, the drain deadline's) end the stream with an SSE error event. A batch of prompts is

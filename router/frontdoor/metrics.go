@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests retried on another node before anything reached the client, by the first attempt's failure: connect, first_byte_timeout, status_429, status_5xx."},
 			[]string{"cause"}),
 		firstByteTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "first_byte_timeouts_total",
-			Help: "Streaming attempts whose engine sent no response within the first-byte deadline, by node."}, []string{"node"}),
+			Help: "Streaming attempts whose engine sent no byte within the first-byte deadline, by node."}, []string{"node"}),
 		brokenStreams: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "broken_streams_total",
 			Help: "Responses cut after they began, by node and cause: upstream_error, idle_timeout, drain, upstream_timeout, client_closed."},
 			[]string{"node", "cause"}),
