@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -70,6 +71,17 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, err, &reqLog{})
 		return
 	}
+	// Pass-throughs share the generation requests' in-flight bound.
+	if err := s.adm.enter(); err != nil {
+		if errors.Is(err, ErrDraining) {
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down; retry on another replica")
+			return
+		}
+		writeError(w, http.StatusTooManyRequests, codeOverloaded, fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.cfg.MaxInFlight))
+		return
+	}
+	defer s.adm.leave()
 	body, err := s.readBodyTimed(w, r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, codeInvalid, "read request body: "+err.Error())
