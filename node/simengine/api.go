@@ -1,19 +1,19 @@
 package simengine
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
-// The OpenAI-compatible wire types. Fields the simulator has no use for (temperature, top_p,
-// stop, seed, user, …) are accepted and ignored, as clients send them routinely.
+// The request side of the OpenAI-compatible API. Bodies are parsed by internal/openai, the same
+// strict, linear-time parser as the router's front door, so both accept exactly the same
+// requests. Fields the simulator has no use for (temperature, top_p, stop, seed, user, …) are
+// accepted and ignored, as clients send them routinely.
 
 // defaultMaxTokens is OpenAI's default for /v1/completions, used for chat too.
 const defaultMaxTokens = 16
@@ -21,37 +21,10 @@ const defaultMaxTokens = 16
 // HeaderCachedTokens carries a response's cached_tokens, also for streams without usage.
 const HeaderCachedTokens = "X-Prefixmesh-Cached-Tokens"
 
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-// genFields are the fields completions and chat share.
-type genFields struct {
-	Model               string         `json:"model"`
-	MaxTokens           *int           `json:"max_tokens"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *streamOptions `json:"stream_options"`
-	N                   *int           `json:"n"`
-	// AdapterID selects a LoRA adapter by its numeric id (0 = base model), the id the prefix
-	// cache is keyed by. Equivalent to model "<Model>:<id>".
-	AdapterID *uint64 `json:"adapter_id"`
-}
-
-type completionRequest struct {
-	genFields
-	Prompt json.RawMessage `json:"prompt"`
-}
-
-type chatRequest struct {
-	genFields
-	Messages []tokenizer.ChatMessage `json:"messages"`
-}
-
 type tokenizeRequest struct {
-	Model    string                  `json:"model"`
-	Prompt   *string                 `json:"prompt"`
-	Messages []tokenizer.ChatMessage `json:"messages"`
+	Model    string          `json:"model"`
+	Prompt   *string         `json:"prompt"`
+	Messages json.RawMessage `json:"messages"`
 }
 
 type tokenizeResponse struct {
@@ -70,40 +43,11 @@ type genRequest struct {
 	includeUsage bool
 }
 
-// badRequest is a client error; its message names the problem.
-type badRequest struct {
-	status int
-	code   string
-	msg    string
-}
+func invalid(format string, args ...any) error { return openai.Invalid("", format, args...) }
 
-func (b *badRequest) Error() string { return b.msg }
-
-func invalid(format string, args ...any) error {
-	return &badRequest{status: 400, code: "invalid_request", msg: fmt.Sprintf(format, args...)}
-}
-
-// decodeJSON unmarshals body into v, naming the offending field on a type error.
-func decodeJSON(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return invalid("field %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
-		}
-		if errors.As(err, &te) {
-			return invalid("request body: expected a JSON object, got JSON %s", te.Value)
-		}
-		return invalid("invalid JSON: %v", err)
-	}
-	if dec.More() {
-		return invalid("invalid JSON: trailing data after the request object")
-	}
-	return nil
-}
-
-// resolve validates the shared fields and maps the model name and adapter_id to an adapter.
-func (e *Engine) resolve(f *genFields, req *genRequest) error {
+// resolve validates what the shared parser leaves to the engine and maps the model name and
+// adapter_id to an adapter.
+func (e *Engine) resolve(f *openai.GenParams, req *genRequest) error {
 	req.model = f.Model
 	if req.model == "" {
 		req.model = e.cfg.Model
@@ -113,128 +57,67 @@ func (e *Engine) resolve(f *genFields, req *genRequest) error {
 	case strings.HasPrefix(req.model, e.cfg.Model+":"):
 		id, err := strconv.ParseUint(req.model[len(e.cfg.Model)+1:], 10, 64)
 		if err != nil {
-			return invalid("model %q: the adapter after %q must be a decimal id", req.model, e.cfg.Model+":")
+			return openai.Invalid("model", "model %q: the adapter after %q must be a decimal id", req.model, e.cfg.Model+":")
 		}
 		req.adapter = id
 	default:
-		return &badRequest{status: 404, code: "model_not_found",
-			msg: fmt.Sprintf("model %q does not exist; this engine serves %q (or %q)", req.model, e.cfg.Model, e.cfg.Model+":<adapter id>")}
+		return &openai.Error{Status: 404, Code: "model_not_found", Param: "model",
+			Message: fmt.Sprintf("model %q does not exist; this engine serves %q (or %q)", req.model, e.cfg.Model, e.cfg.Model+":<adapter id>")}
 	}
 	if f.AdapterID != nil {
 		if req.adapter != 0 && req.adapter != *f.AdapterID {
-			return invalid("adapter_id %d contradicts model %q", *f.AdapterID, req.model)
+			return openai.Invalid("adapter_id", "adapter_id %d contradicts model %q", *f.AdapterID, req.model)
 		}
 		req.adapter = *f.AdapterID
 	}
-	req.maxTokens = defaultMaxTokens
-	switch {
-	case f.MaxCompletionTokens != nil:
-		req.maxTokens = *f.MaxCompletionTokens
-		if f.MaxTokens != nil && *f.MaxTokens != *f.MaxCompletionTokens {
-			return invalid("max_tokens and max_completion_tokens differ")
-		}
-	case f.MaxTokens != nil:
-		req.maxTokens = *f.MaxTokens
-	}
-	if req.maxTokens < 0 {
-		return invalid("max_tokens %d must not be negative", req.maxTokens)
-	}
+	req.maxTokens = f.MaxTokensOr(defaultMaxTokens)
 	if f.N != nil && *f.N != 1 {
-		return invalid("n %d: only n = 1 is supported", *f.N)
+		return openai.Invalid("n", "n %d: only n = 1 is supported", *f.N)
 	}
 	req.stream = f.Stream
-	req.includeUsage = f.StreamOptions != nil && f.StreamOptions.IncludeUsage
-	if f.StreamOptions != nil && !f.Stream {
-		return invalid("stream_options is only allowed with stream: true")
-	}
+	req.includeUsage = f.IncludeUsage()
 	return nil
 }
 
 func (e *Engine) parseCompletion(body []byte) (*genRequest, error) {
-	var r completionRequest
-	if err := decodeJSON(body, &r); err != nil {
-		return nil, err
-	}
-	req := &genRequest{}
-	if err := e.resolve(&r.genFields, req); err != nil {
-		return nil, err
-	}
-	toks, err := e.promptTokens(r.Prompt)
+	c, err := openai.ParseCompletion(body)
 	if err != nil {
 		return nil, err
 	}
-	req.tokens = toks
+	req := &genRequest{}
+	if err := e.resolve(&c.GenParams, req); err != nil {
+		return nil, err
+	}
+	// A batch of several prompts is several sequences; the simulated engine runs one per
+	// request (the router's front door splits batches before they reach it).
+	if len(c.Prompt.Items) > 1 {
+		return nil, openai.Invalid("prompt", "prompt: the simulated engine serves one prompt per request, got a batch of %d; send batches through the router, which splits them", len(c.Prompt.Items))
+	}
+	it := &c.Prompt.Items[0]
+	if it.IsText() {
+		req.tokens = e.tok.Encode(it.Text)
+	} else {
+		req.tokens = it.IDs
+	}
 	return req, nil
-}
-
-// promptTokens accepts a string (tokenised), an array of token ids (used as is), or a
-// one-element array of either. Batches of several prompts are not supported.
-func (e *Engine) promptTokens(raw json.RawMessage) ([]uint32, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, invalid("field \"prompt\" is required")
-	}
-	var text string
-	if err := json.Unmarshal(raw, &text); err == nil {
-		if text == "" {
-			return nil, invalid("field \"prompt\" is empty")
-		}
-		return e.tok.Encode(text), nil
-	}
-	var ids []float64
-	if err := json.Unmarshal(raw, &ids); err == nil {
-		if len(ids) == 0 {
-			return nil, invalid("field \"prompt\" is empty")
-		}
-		out := make([]uint32, len(ids))
-		for i, f := range ids {
-			if f < 0 || f > math.MaxUint32 || f != math.Trunc(f) {
-				return nil, invalid("prompt[%d] = %v is not a token id (an integer in 0..%d)", i, f, uint32(math.MaxUint32))
-			}
-			out[i] = uint32(f)
-		}
-		return out, nil
-	}
-	var batch []json.RawMessage
-	if err := json.Unmarshal(raw, &batch); err == nil && len(batch) == 1 {
-		return e.promptTokens(batch[0])
-	} else if err == nil && len(batch) > 1 {
-		return nil, invalid("field \"prompt\": batches of %d prompts are not supported; send one per request", len(batch))
-	}
-	return nil, invalid("field \"prompt\" must be a string or an array of token ids")
 }
 
 func (e *Engine) parseChat(body []byte) (*genRequest, error) {
-	var r chatRequest
-	if err := decodeJSON(body, &r); err != nil {
+	c, err := openai.ParseChat(body)
+	if err != nil {
 		return nil, err
 	}
 	req := &genRequest{chat: true}
-	if err := e.resolve(&r.genFields, req); err != nil {
+	if err := e.resolve(&c.GenParams, req); err != nil {
 		return nil, err
 	}
-	if err := checkMessages(r.Messages); err != nil {
-		return nil, err
-	}
-	req.tokens = e.tok.Encode(tokenizer.RenderChat(r.Messages))
+	req.tokens = e.tok.Encode(tokenizer.RenderChat(c.Messages))
 	return req, nil
-}
-
-func checkMessages(msgs []tokenizer.ChatMessage) error {
-	if len(msgs) == 0 {
-		return invalid("field \"messages\" is required and must not be empty")
-	}
-	for i, m := range msgs {
-		if m.Role == "" || strings.ContainsAny(m.Role, "|<>\n") {
-			return invalid("messages[%d].role %q must be a non-empty name without '|', '<', '>' or newlines", i, m.Role)
-		}
-	}
-	return nil
 }
 
 func (e *Engine) parseTokenize(body []byte) ([]uint32, error) {
 	var r tokenizeRequest
-	if err := decodeJSON(body, &r); err != nil {
+	if err := openai.Decode(body, &r); err != nil {
 		return nil, err
 	}
 	switch {
@@ -243,10 +126,11 @@ func (e *Engine) parseTokenize(body []byte) ([]uint32, error) {
 	case r.Prompt != nil:
 		return e.tok.Encode(*r.Prompt), nil
 	case r.Messages != nil:
-		if err := checkMessages(r.Messages); err != nil {
+		msgs, err := openai.ParseMessages(r.Messages)
+		if err != nil {
 			return nil, err
 		}
-		return e.tok.Encode(tokenizer.RenderChat(r.Messages)), nil
+		return e.tok.Encode(tokenizer.RenderChat(msgs)), nil
 	}
-	return nil, invalid("field \"prompt\" (text) or \"messages\" is required")
+	return nil, openai.Invalid("prompt", "field \"prompt\" (text) or \"messages\" is required")
 }

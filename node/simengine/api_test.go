@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local"
 )
@@ -67,32 +68,37 @@ func TestErrors(t *testing.T) {
 		body               any
 		status             int
 		msg                string // a substring of error.message
+		contentType        string // "" = application/json
 	}{
-		{"bad json", "POST", "/v1/completions", `{"prompt": "x"`, 400, "invalid JSON"},
-		{"not an object", "POST", "/v1/completions", `[1,2]`, 400, "expected a JSON object"},
-		{"trailing data", "POST", "/v1/completions", `{"prompt":"x"} {}`, 400, "trailing"},
-		{"no prompt", "POST", "/v1/completions", `{"max_tokens": 3}`, 400, `"prompt" is required`},
-		{"empty prompt", "POST", "/v1/completions", `{"prompt": ""}`, 400, `"prompt" is empty`},
-		{"prompt type", "POST", "/v1/completions", `{"prompt": {"a": 1}}`, 400, `"prompt" must be`},
-		{"negative id", "POST", "/v1/completions", `{"prompt": [1, -2]}`, 400, "prompt[1]"},
-		{"fractional id", "POST", "/v1/completions", `{"prompt": [1.5]}`, 400, "prompt[0]"},
-		{"batch", "POST", "/v1/completions", `{"prompt": ["a", "b"]}`, 400, "batches"},
-		{"max_tokens type", "POST", "/v1/completions", `{"prompt": "x", "max_tokens": "ten"}`, 400, "max_tokens"},
-		{"negative max_tokens", "POST", "/v1/completions", `{"prompt": "x", "max_tokens": -1}`, 400, "max_tokens"},
-		{"n", "POST", "/v1/completions", `{"prompt": "x", "n": 2}`, 400, "n 2"},
-		{"stream_options without stream", "POST", "/v1/completions", `{"prompt": "x", "stream_options": {}}`, 400, "stream_options"},
-		{"unknown model", "POST", "/v1/completions", `{"model": "gpt-4", "prompt": "x"}`, 404, `"gpt-4" does not exist`},
-		{"bad adapter", "POST", "/v1/completions", `{"model": "prefixmesh-sim:lora", "prompt": "x"}`, 400, "decimal id"},
-		{"adapter conflict", "POST", "/v1/completions", `{"model": "prefixmesh-sim:3", "adapter_id": 4, "prompt": "x"}`, 400, "contradicts"},
-		{"no messages", "POST", "/v1/chat/completions", `{"messages": []}`, 400, `"messages" is required`},
-		{"bad role", "POST", "/v1/chat/completions", `{"messages": [{"role": "", "content": "x"}]}`, 400, "role"},
-		{"image part", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, 400, "text parts"},
-		{"too large for the pool", "POST", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 120) + `", "max_tokens": 9}`, 400, "pool has 8"},
-		{"body too large", "POST", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 2000) + `"}`, 413, "exceeds 1024 bytes"},
-		{"tokenize both", "POST", "/tokenize", `{"prompt": "a", "messages": [{"role": "user"}]}`, 400, "not both"},
-		{"tokenize neither", "POST", "/tokenize", `{}`, 400, "required"},
-		{"unknown path", "GET", "/v2/nothing", nil, 404, "no route"},
-		{"wrong method", "GET", "/v1/completions", nil, 405, "use POST"},
+		{"bad json", "POST", "/v1/completions", `{"prompt": "x"`, 400, "invalid JSON", ""},
+		{"not an object", "POST", "/v1/completions", `[1,2]`, 400, "must be a JSON object", ""},
+		{"trailing data", "POST", "/v1/completions", `{"prompt":"x"} {}`, 400, "trailing", ""},
+		{"no prompt", "POST", "/v1/completions", `{"max_tokens": 3}`, 400, `prompt is required`, ""},
+		{"empty prompt", "POST", "/v1/completions", `{"prompt": ""}`, 400, `prompt is empty`, ""},
+		{"prompt type", "POST", "/v1/completions", `{"prompt": {"a": 1}}`, 400, `prompt must be`, ""},
+		{"negative id", "POST", "/v1/completions", `{"prompt": [1, -2]}`, 400, "prompt[1]", ""},
+		{"fractional id", "POST", "/v1/completions", `{"prompt": [1.5]}`, 400, "prompt[0]", ""},
+		{"null id", "POST", "/v1/completions", `{"prompt": [1, null]}`, 400, "prompt[1]", ""},
+		{"nested too deep", "POST", "/v1/completions", `{"prompt": [[[1]]]}`, 400, "nest at most two levels", ""},
+		{"zero max_tokens", "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 0}`, 400, "max_tokens must be at least 1, got 0", ""},
+		{"batch", "POST", "/v1/completions", `{"prompt": ["a", "b"]}`, 400, "batch of 2", ""},
+		{"max_tokens type", "POST", "/v1/completions", `{"prompt": "x", "max_tokens": "ten"}`, 400, "max_tokens: expected an integer, got string", ""},
+		{"negative max_tokens", "POST", "/v1/completions", `{"prompt": "x", "max_tokens": -1}`, 400, "max_tokens", ""},
+		{"n", "POST", "/v1/completions", `{"prompt": "x", "n": 2}`, 400, "n 2", ""},
+		{"stream_options without stream", "POST", "/v1/completions", `{"prompt": "x", "stream_options": {}}`, 400, "stream_options", ""},
+		{"unknown model", "POST", "/v1/completions", `{"model": "gpt-4", "prompt": "x"}`, 404, `"gpt-4" does not exist`, ""},
+		{"bad adapter", "POST", "/v1/completions", `{"model": "prefixmesh-sim:lora", "prompt": "x"}`, 400, "decimal id", ""},
+		{"adapter conflict", "POST", "/v1/completions", `{"model": "prefixmesh-sim:3", "adapter_id": 4, "prompt": "x"}`, 400, "contradicts", ""},
+		{"no messages", "POST", "/v1/chat/completions", `{"messages": []}`, 400, `messages must not be empty`, ""},
+		{"bad role", "POST", "/v1/chat/completions", `{"messages": [{"role": "", "content": "x"}]}`, 400, "role", ""},
+		{"image part", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, 400, "text parts", ""},
+		{"too large for the pool", "POST", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 120) + `", "max_tokens": 9}`, 400, "pool has 8", ""},
+		{"body too large", "POST", "/v1/completions", `{"prompt": "` + strings.Repeat("x", 2000) + `"}`, 413, "exceeds 1024 bytes", ""},
+		{"tokenize both", "POST", "/tokenize", `{"prompt": "a", "messages": [{"role": "user"}]}`, 400, "not both", ""},
+		{"tokenize neither", "POST", "/tokenize", `{}`, 400, "required", ""},
+		{"unknown path", "GET", "/v2/nothing", nil, 404, "no route", ""},
+		{"wrong method", "GET", "/v1/completions", nil, 405, "use POST", ""},
+		{"form body", "POST", "/v1/completions", `{"prompt": "x"}`, 415, "must be application/json", "application/x-www-form-urlencoded"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -103,16 +109,21 @@ func TestErrors(t *testing.T) {
 				body = strings.NewReader("")
 			}
 			req, _ := http.NewRequest(c.method, te.srv.URL+c.path, body)
+			req.Header.Set("Content-Type", c.contentType)
+			if c.contentType == "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var e apiError
+			var e openai.ErrorBody
 			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
 				t.Fatalf("status %d, body is not a JSON error: %v", resp.StatusCode, err)
 			}
-			if resp.StatusCode != c.status || !strings.Contains(e.Error.Message, c.msg) || e.Error.Type == "" || e.Error.Code == nil {
+			if resp.StatusCode != c.status || !strings.Contains(e.Error.Message, c.msg) || e.Error.Type == "" || e.Error.Code == nil ||
+				c.status == 400 && e.Error.Param == nil && c.name != "bad json" && c.name != "not an object" && c.name != "trailing data" && !strings.HasPrefix(c.name, "tokenize") && c.name != "too large for the pool" {
 				t.Fatalf("status %d, error %+v (code %v); want %d with %q", resp.StatusCode, e.Error, e.Error.Code, c.status, c.msg)
 			}
 		})
@@ -128,7 +139,9 @@ func TestLifecycle(t *testing.T) {
 	srvBody := `{"prompt": "x", "max_tokens": 1}`
 	do := func() int {
 		rec := httptest.NewRecorder()
-		e.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(srvBody)))
+		req := httptest.NewRequest("POST", "/v1/completions", strings.NewReader(srvBody))
+		req.Header.Set("Content-Type", "application/json")
+		e.Handler().ServeHTTP(rec, req)
 		return rec.Code
 	}
 	if c := do(); c != 503 {

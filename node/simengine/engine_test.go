@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
@@ -170,7 +171,7 @@ func TestQueueFullThenDisconnectReleases(t *testing.T) {
 	}
 
 	resp, b := te.post(t, "/v1/completions", map[string]any{"prompt": "quick", "max_tokens": 1})
-	var e apiError
+	var e openai.ErrorBody
 	if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != 429 || e.Error.Type != "rate_limit_error" || *e.Error.Code != "queue_full" {
 		t.Fatalf("second request: %d %s, want 429 queue_full", resp.StatusCode, b)
 	}
@@ -314,6 +315,7 @@ func TestNonStreamingDisconnectReleases(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, "POST", te.srv.URL+"/v1/completions",
 			strings.NewReader(`{"prompt": [1,2,3,4,5], "max_tokens": 500}`))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -336,7 +338,7 @@ func TestPinnedPrefixExhaustsPool(t *testing.T) {
 	cfg.KVBlocks = 8
 	te := startEngine(t, cfg)
 	pinned := tokenPrompt(96, 1) // 6 blocks
-	if resp, b := te.post(t, "/v1/completions", map[string]any{"prompt": pinned, "max_tokens": 0}); resp.StatusCode != 200 {
+	if resp, b := te.post(t, "/v1/completions", map[string]any{"prompt": pinned, "max_tokens": 1}); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	if got := te.cache.PinPrefix(pinned, cfg.BlockSize, 0); got != 96 {
@@ -344,7 +346,7 @@ func TestPinnedPrefixExhaustsPool(t *testing.T) {
 	}
 	other := map[string]any{"prompt": tokenPrompt(40, 5000), "max_tokens": 8} // 3 blocks, 2 free
 	resp, b := te.post(t, "/v1/completions", other)
-	var e apiError
+	var e openai.ErrorBody
 	if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != 503 || *e.Error.Code != "kv_pool_exhausted" {
 		t.Fatalf("%d %s, want 503 kv_pool_exhausted", resp.StatusCode, b)
 	}

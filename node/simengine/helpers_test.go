@@ -97,6 +97,7 @@ func (te *testEngine) openStream(t *testing.T, ctx context.Context, path string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -12,37 +12,60 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/local/kvpool"
 )
 
 // Handler returns the engine's HTTP API:
 //
-//	POST /v1/completions       prompt: text, token ids, or a one-element array of either
+//	POST /v1/completions       prompt: text, token ids, or a batch of one of either (internal/openai)
 //	POST /v1/chat/completions  messages rendered by tokenizer.RenderChat
 //	GET  /v1/models
 //	POST /tokenize             {"prompt": text} or {"messages": [...]} → {"tokens", "count"}
+//	POST /detokenize           {"tokens": [...]} → {"prompt": text}
+//	GET  /health, GET /version  as vLLM serves them
 //
 // Generation answers JSON, or SSE with `stream: true` (chunks flushed as produced, then
-// `data: [DONE]`). Errors are OpenAI-shaped: {"error": {"message", "type", "code"}}.
+// `data: [DONE]`). POST bodies must be declared application/json (415 otherwise, as vLLM).
+// Errors are OpenAI-shaped: {"error": {"message", "type", "param", "code"}}, with Retry-After on
+// 429 and 503.
 func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/completions", e.instrument("completions", e.serveGenerate(false)))
 	mux.Handle("POST /v1/chat/completions", e.instrument("chat_completions", e.serveGenerate(true)))
 	mux.Handle("GET /v1/models", e.instrument("models", http.HandlerFunc(e.serveModels)))
 	mux.Handle("POST /tokenize", e.instrument("tokenize", http.HandlerFunc(e.serveTokenize)))
+	mux.Handle("POST /detokenize", e.instrument("detokenize", http.HandlerFunc(e.serveDetokenize)))
+	mux.Handle("GET /health", e.instrument("health", http.HandlerFunc(e.serveHealth)))
+	mux.Handle("GET /version", e.instrument("version", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": "prefixmesh-sim"})
+	})))
 	for path, method := range map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST",
-		"/v1/models": "GET", "/tokenize": "POST"} {
+		"/v1/models": "GET", "/tokenize": "POST", "/detokenize": "POST", "/health": "GET", "/version": "GET"} {
 		mux.Handle(path, e.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", method)
-			writeError(w, &badRequest{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
-				msg: fmt.Sprintf("%s %s: use %s", r.Method, path, method)})
+			writeError(w, &openai.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s %s: use %s", r.Method, path, method)})
 		})))
 	}
 	mux.Handle("/", e.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &badRequest{status: http.StatusNotFound, code: "not_found",
-			msg: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
+		writeError(w, &openai.Error{Status: http.StatusNotFound, Code: "not_found",
+			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})))
 	return mux
+}
+
+// serveHealth is vLLM's liveness check: 200 with an empty body while the engine runs, 503 once
+// it has stopped.
+func (e *Engine) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	up := e.started && !e.closed
+	e.mu.Unlock()
+	if !up {
+		writeError(w, errClosed)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 func (e *Engine) instrument(endpoint string, h http.Handler) http.Handler {
@@ -53,37 +76,15 @@ func (e *Engine) instrument(endpoint string, h http.Handler) http.Handler {
 	})
 }
 
-type apiError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-func errorBody(status int, code, msg string) apiError {
-	var a apiError
-	a.Error.Message = msg
-	a.Error.Code = &code
-	switch {
-	case status == http.StatusTooManyRequests:
-		a.Error.Type = "rate_limit_error"
-	case status >= 500:
-		a.Error.Type = "server_error"
-	default:
-		a.Error.Type = "invalid_request_error"
-	}
-	return a
-}
-
-// writeError maps an error to its status and writes the OpenAI-shaped body.
+// writeError maps an error to its status and writes the OpenAI-shaped body (internal/openai).
 func writeError(w http.ResponseWriter, err error) {
 	status, code := http.StatusInternalServerError, "internal_error"
-	var br *badRequest
+	var oe *openai.Error
 	var mb *http.MaxBytesError
 	switch {
-	case errors.As(err, &br):
-		status, code = br.status, br.code
+	case errors.As(err, &oe):
+		openai.WriteError(w, oe)
+		return
 	case errors.As(err, &mb):
 		status, code = http.StatusRequestEntityTooLarge, "request_too_large"
 		err = fmt.Errorf("request body exceeds %d bytes", mb.Limit)
@@ -96,7 +97,7 @@ func writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, errClosed), errors.Is(err, context.Canceled):
 		status, code = http.StatusServiceUnavailable, "engine_unavailable"
 	}
-	writeJSON(w, status, errorBody(status, code, err.Error()))
+	openai.WriteError(w, &openai.Error{Status: status, Code: code, Message: err.Error()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -124,6 +125,10 @@ func (e *Engine) serveModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (e *Engine) serveTokenize(w http.ResponseWriter, r *http.Request) {
+	if err := openai.CheckJSON(r.Header); err != nil {
+		writeError(w, err)
+		return
+	}
 	body, err := e.readBody(w, r)
 	if err != nil {
 		writeError(w, err)
@@ -138,6 +143,32 @@ func (e *Engine) serveTokenize(w http.ResponseWriter, r *http.Request) {
 		toks = []uint32{}
 	}
 	writeJSON(w, http.StatusOK, tokenizeResponse{Tokens: toks, Count: len(toks)})
+}
+
+func (e *Engine) serveDetokenize(w http.ResponseWriter, r *http.Request) {
+	if err := openai.CheckJSON(r.Header); err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := e.readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req struct {
+		Model  string          `json:"model"`
+		Tokens json.RawMessage `json:"tokens"`
+	}
+	if err := openai.Decode(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ids, err := openai.ParseIDs(req.Tokens, "tokens")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"prompt": e.tok.Decode(ids)})
 }
 
 type usage struct {
@@ -175,6 +206,10 @@ type response struct {
 func (e *Engine) serveGenerate(chat bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrival := time.Now()
+		if err := openai.CheckJSON(r.Header); err != nil {
+			writeError(w, err)
+			return
+		}
 		body, err := e.readBody(w, r)
 		if err != nil {
 			writeError(w, err)
@@ -299,7 +334,7 @@ func (e *Engine) abort(w http.ResponseWriter, sse *sseWriter, engineCtx context.
 		return
 	}
 	if sse != nil {
-		sse.event(errorBody(http.StatusServiceUnavailable, "engine_unavailable", errClosed.Error()))
+		sse.event(openai.NewErrorBody(http.StatusServiceUnavailable, "engine_unavailable", "", errClosed.Error()))
 		return
 	}
 	writeError(w, errClosed)

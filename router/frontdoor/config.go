@@ -51,6 +51,27 @@ type Config struct {
 	// UpstreamTimeout bounds a whole upstream request, 0 (default) for none: generation time
 	// grows with max_tokens, so the client's own deadline (its context) is the right bound.
 	UpstreamTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, counted from admission: 10 s carries the
+	// 8 MiB body cap over a 7 Mbit/s link, while a client that stalls its upload holds an
+	// admission slot for at most that long (without it five stalled uploads locked a
+	// --max-inflight=5 router out for good). Answered 408.
+	BodyTimeout time.Duration
+	// FirstByteFloor and FirstByteCeiling bound the wait for the first byte of a streaming
+	// request's response from the engine (headers and the first body bytes), which is firstByteSlack × the node's expected time to first
+	// token (its queued plus this request's uncached prefill at its prefill rate) clamped to
+	// [floor, ceiling]. The floor, 2 s, absorbs scheduling and load-report staleness for short
+	// prompts; the ceiling, 60 s, is the longest a healthy engine's queue should make a client
+	// wait before another node is better. A timeout counts as a node failure (passive health)
+	// and is retried once elsewhere.
+	FirstByteFloor, FirstByteCeiling time.Duration
+	// StreamIdleTimeout ends a relayed stream that has sent nothing for this long: 60 s, far
+	// beyond any decode step (milliseconds) and a long chunked prefill, so only a hung or cut
+	// engine hits it. The client gets an SSE error event; the node a failure.
+	StreamIdleTimeout time.Duration
+	// CORSOrigins, when not empty, answers browsers from these origins ("*" for any) with CORS
+	// headers and preflight responses; empty (default) sends none, as vLLM without
+	// --allowed-origins.
+	CORSOrigins []string
 	// TLS, when set, makes the server speak HTTPS (set ClientAuth for mTLS from clients).
 	TLS *tls.Config
 	// UpstreamTLS, when set, is used for https:// engine URLs (client certificates for mTLS
@@ -70,6 +91,10 @@ func DefaultConfig() Config {
 		MaxBodyBytes:        MaxBodyBytes,
 		ConnectTimeout:      2 * time.Second,
 		MaxIdleConnsPerHost: 256,
+		BodyTimeout:         10 * time.Second,
+		FirstByteFloor:      2 * time.Second,
+		FirstByteCeiling:    time.Minute,
+		StreamIdleTimeout:   time.Minute,
 	}
 }
 
@@ -84,6 +109,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: ConnectTimeout %v must be positive", ErrConfig, c.ConnectTimeout)
 	case c.UpstreamTimeout < 0:
 		return fmt.Errorf("%w: UpstreamTimeout %v must not be negative", ErrConfig, c.UpstreamTimeout)
+	case c.BodyTimeout <= 0:
+		return fmt.Errorf("%w: BodyTimeout %v must be positive", ErrConfig, c.BodyTimeout)
+	case c.FirstByteFloor <= 0 || c.FirstByteCeiling < c.FirstByteFloor:
+		return fmt.Errorf("%w: FirstByteFloor %v and FirstByteCeiling %v must be positive and ordered", ErrConfig, c.FirstByteFloor, c.FirstByteCeiling)
+	case c.StreamIdleTimeout <= 0:
+		return fmt.Errorf("%w: StreamIdleTimeout %v must be positive", ErrConfig, c.StreamIdleTimeout)
 	case c.MaxIdleConnsPerHost < 0:
 		return fmt.Errorf("%w: MaxIdleConnsPerHost %d must not be negative", ErrConfig, c.MaxIdleConnsPerHost)
 	}

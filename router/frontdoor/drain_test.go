@@ -110,6 +110,13 @@ func TestShutdownDeadline(t *testing.T) {
 	if err := f.fd.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Shutdown = %v, want deadline exceeded", err)
 	}
-	recv(t, "the cut stream's client", streamDone)
+	// The cut stream ends with an SSE error event, not a bare EOF.
+	if err := recv(t, "the cut stream's client", streamDone); err == nil || !strings.Contains(err.Error(), "stream error event") ||
+		!strings.Contains(err.Error(), "shut down") {
+		t.Fatalf("cut stream: %v, want an SSE error event", err)
+	}
 	eventually(t, "the front door's request to end", func() bool { return f.fd.InFlight() == 0 })
+	if got := brokenByCause(t, f, "n", causeDrain); got != 1 {
+		t.Fatalf("broken_streams{n,drain} = %v", got)
+	}
 }

@@ -1,9 +1,10 @@
 package frontdoor
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
+
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
 // Sentinel errors of the package; callers test them with errors.Is.
@@ -19,20 +20,9 @@ var (
 	ErrConfig = errors.New("frontdoor: invalid config")
 )
 
-// apiError is the OpenAI error body: {"error": {"message", "type", "code"}}.
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    string `json:"code"`
-}
-
 // Error codes the front door itself answers with.
 const (
-	codeInvalid       = "invalid_request"
+	codeInvalid       = openai.CodeInvalid
 	codeTooLarge      = "request_too_large"
 	codeNotFound      = "not_found"
 	codeModelNotFound = "model_not_found"
@@ -42,24 +32,11 @@ const (
 	codeUpstream      = "upstream_unavailable"
 	codeDraining      = "router_draining"
 	codeTokenize      = "tokenize_failed"
+	codeBodyTimeout   = "request_timeout"
 )
 
-// errorType is OpenAI's error type for a status.
-func errorType(status int) string {
-	switch {
-	case status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case status >= 500:
-		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
-// writeError writes an OpenAI-shaped error.
+// writeError writes an OpenAI-shaped error (internal/openai: param null, Retry-After on 429
+// and 503).
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Del("Content-Length")
-	w.WriteHeader(status)
-	// The client may be gone; nothing to do about a write error.
-	_ = json.NewEncoder(w).Encode(apiError{Error: apiErrorBody{Message: msg, Type: errorType(status), Code: code}})
+	openai.WriteError(w, &openai.Error{Status: status, Code: code, Message: msg})
 }

@@ -42,15 +42,19 @@ func TestClientErrors(t *testing.T) {
 		code, msg                string
 	}{
 		{"bad json", "POST", "/v1/completions", `{"prompt": "x"`, 400, codeInvalid, "invalid JSON"},
-		{"not an object", "POST", "/v1/completions", `[1,2]`, 400, codeInvalid, "expected a JSON object"},
+		{"not an object", "POST", "/v1/completions", `[1,2]`, 400, codeInvalid, "must be a JSON object"},
 		{"trailing data", "POST", "/v1/completions", `{"prompt":"x"} {}`, 400, codeInvalid, "trailing"},
-		{"no prompt", "POST", "/v1/completions", `{"max_tokens": 3}`, 400, codeInvalid, `"prompt" is required`},
-		{"empty prompt", "POST", "/v1/completions", `{"prompt": ""}`, 400, codeInvalid, `"prompt" is empty`},
-		{"prompt type", "POST", "/v1/completions", `{"prompt": {"a": 1}}`, 400, codeInvalid, `"prompt" must be`},
+		{"no prompt", "POST", "/v1/completions", `{"max_tokens": 3}`, 400, codeInvalid, `prompt is required`},
+		{"zero max_tokens", "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 0}`, 400, codeInvalid, "max_tokens must be at least 1, got 0"},
+		{"null id", "POST", "/v1/completions", `{"prompt": [1, null]}`, 400, codeInvalid, "prompt[1]"},
+		{"nested too deep", "POST", "/v1/completions", `{"prompt": [[[1]]]}`, 400, codeInvalid, "nest at most two levels"},
+		{"id out of range", "POST", "/v1/completions", `{"prompt": [4294967296]}`, 400, codeInvalid, "not a token id"},
+		{"empty prompt", "POST", "/v1/completions", `{"prompt": ""}`, 400, codeInvalid, `prompt is empty`},
+		{"prompt type", "POST", "/v1/completions", `{"prompt": {"a": 1}}`, 400, codeInvalid, `prompt must be`},
 		{"negative id", "POST", "/v1/completions", `{"prompt": [1, -2]}`, 400, codeInvalid, "prompt[1]"},
-		{"batch", "POST", "/v1/completions", `{"prompt": ["a", "b"]}`, 400, codeInvalid, "batches"},
-		{"stream type", "POST", "/v1/completions", `{"prompt": "x", "stream": "yes"}`, 400, codeInvalid, `"stream"`},
-		{"no messages", "POST", "/v1/chat/completions", `{"model":"prefixmesh-sim"}`, 400, codeInvalid, `"messages" is required`},
+		{"mixed batch", "POST", "/v1/completions", `{"prompt": ["a", [1]]}`, 400, codeInvalid, "prompt[1]"},
+		{"stream type", "POST", "/v1/completions", `{"prompt": "x", "stream": "yes"}`, 400, codeInvalid, `stream: expected a boolean, got string`},
+		{"no messages", "POST", "/v1/chat/completions", `{"model":"prefixmesh-sim"}`, 400, codeInvalid, `messages is required`},
 		{"bad role", "POST", "/v1/chat/completions", `{"messages":[{"role":"a|b","content":"x"}]}`, 400, codeInvalid, "messages[0].role"},
 		{"image part", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, codeInvalid, "text parts"},
 		{"adapter not numeric", "POST", "/v1/completions", `{"model":"prefixmesh-sim:abc","prompt":"x"}`, 400, codeInvalid, "decimal id"},
@@ -60,11 +64,17 @@ func TestClientErrors(t *testing.T) {
 		{"wrong method", "GET", "/v1/completions", ``, 405, codeMethod, "use POST"},
 		{"wrong method models", "POST", "/v1/models", `{}`, 405, codeMethod, "use GET"},
 		{"too large", "POST", "/v1/completions", big, 413, codeTooLarge, "exceeds 8388608 bytes"},
+		{"not JSON", "POST", "/v1/completions", `prompt=x`, 415, "unsupported_media_type", "must be application/json"},
 	}
 	for _, c := range cases {
 		req, err := http.NewRequest(c.method, f.srv.URL+c.path, strings.NewReader(c.body))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.status != 415 {
+			req.Header.Set("Content-Type", "application/json")
+		} else {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -128,6 +138,7 @@ func TestOverload429(t *testing.T) {
 			eventually(t, "the first request to reach the upstream", func() bool { return up.arrived.Load() == 1 })
 			start := time.Now()
 			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/completions", strings.NewReader(`{"prompt":"b"}`))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

@@ -417,6 +417,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// apiError is the OpenAI error body as a client decodes it.
+type apiError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
 // counterValue reads a counter (or a counter vector's sum) from reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

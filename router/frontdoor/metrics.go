@@ -13,8 +13,12 @@ type metrics struct {
 	estimateError prometheus.Histogram     // |estimate − cached_tokens| in tokens
 	ttft          prometheus.Histogram     // seconds to the first token (streams) or the response
 	latency       *prometheus.HistogramVec // endpoint
-	retries       prometheus.Counter
-	ejections     *prometheus.CounterVec // node
+	retries       *prometheus.CounterVec   // cause
+	ejections     *prometheus.CounterVec   // node
+	// firstByteTimeouts counts attempts whose engine sent no response headers in time, by node.
+	firstByteTimeouts *prometheus.CounterVec
+	// brokenStreams counts responses cut after they began, by node and cause.
+	brokenStreams *prometheus.CounterVec
 	rejected      *prometheus.CounterVec // reason: overloaded, draining, too_large
 	inflight      prometheus.Gauge
 }
@@ -40,12 +44,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Time from arrival to the first output token relayed (streams) or to the response headers.", Buckets: latencyBuckets}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "request_duration_seconds",
 			Help: "Time from arrival to the end of the response.", Buckets: latencyBuckets}, []string{"endpoint"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
-			Help: "Requests retried on another node after a connect error or a 5xx before streaming."}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
+			Help: "Requests retried on another node before anything reached the client, by the first attempt's failure: connect, first_byte_timeout, status_429, status_5xx."},
+			[]string{"cause"}),
+		firstByteTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "first_byte_timeouts_total",
+			Help: "Streaming attempts whose engine sent no byte within the first-byte deadline, by node."}, []string{"node"}),
+		brokenStreams: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "broken_streams_total",
+			Help: "Responses cut after they began, by node and cause: upstream_error, idle_timeout, drain, upstream_timeout, client_closed."},
+			[]string{"node", "cause"}),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ejections_total",
 			Help: "Nodes ejected by passive health."}, []string{"node"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
-			Help: "Requests refused before routing, by reason."}, []string{"reason"}),
+			Help: "Requests refused before routing, by reason: overloaded, draining, too_large, body_timeout."}, []string{"reason"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 			Help: "Requests being proxied now."}),
 	}
@@ -53,7 +63,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.estimateExact, m.estimateSeen,
-		m.estimateError, m.ttft, m.latency, m.retries, m.ejections, m.rejected, m.inflight} {
+		m.estimateError, m.ttft, m.latency, m.retries, m.ejections, m.rejected, m.inflight,
+		m.firstByteTimeouts, m.brokenStreams} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -37,8 +37,11 @@ type Pick struct {
 	EstimatedMatchedTokens int
 	Policy                 string
 	Reason                 string
-	Done                   func(Outcome)
-	FirstToken             func()
+	// ExpectedTTFT is the node's expected time to first token for this request (ExpectedTTFT);
+	// the front door derives its first-byte deadline from it (0: Config.FirstByteFloor).
+	ExpectedTTFT time.Duration
+	Done         func(Outcome)
+	FirstToken   func()
 }
 
 // Outcome is how a routed request ended.

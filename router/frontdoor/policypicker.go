@@ -227,6 +227,7 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 	id := sc.nodes[chosen].ID
 	matched := sc.dec.MatchedTokens
 	prefill := max(0, len(req.Tokens)-matched)
+	ttft := ExpectedTTFT(&sc.nodes[chosen], prefill)
 	l := p.load[id]
 	if l == nil {
 		l = &nodeLoad{}
@@ -281,6 +282,7 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 		EstimatedMatchedTokens: matched,
 		Policy:                 p.policy.Name(),
 		Reason:                 sc.dec.Reason,
+		ExpectedTTFT:           ttft,
 		Done: func(o Outcome) {
 			if !done.Swap(true) {
 				release(false, o.Err == nil && o.Status > 0 && o.Status < 300)

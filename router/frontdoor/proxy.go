@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
 // maxAttempts is one try plus one retry on the next-best node: enough to ride over a node that
@@ -29,9 +31,9 @@ var forwardHeaders = []string{"Content-Type", "Accept", "Authorization", "X-Requ
 var hopHeaders = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true,
 	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Proxy-Authenticate": true}
 
-// retryAfterSeconds is the Retry-After of a 429: OpenAI's client libraries honour it, and one
-// second is several typical request lifetimes at the load where the router refuses work.
-const retryAfterSeconds = "1"
+// retryAfterSeconds is the Retry-After of the 429s and 503s the router answers or relays without
+// one (internal/openai's default: OpenAI's client libraries honour it).
+const retryAfterSeconds = openai.DefaultRetryAfter
 
 // reqLog is the one log line of a generation request, filled in as the request goes.
 type reqLog struct {
@@ -41,6 +43,7 @@ type reqLog struct {
 	retries                               int
 	ttft                                  time.Duration
 	err                                   string
+	broken                                string // why a stream was cut after it began, "" if it was not
 }
 
 func (s *Server) serveGenerate(chat bool, path string) http.Handler {
@@ -55,6 +58,10 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			}
 			s.logRequest(r.Context(), &lg, status, time.Since(start))
 		}()
+		if err := openai.CheckJSON(r.Header); err != nil {
+			s.writeErr(w, err, &lg)
+			return
+		}
 		if err := s.adm.enter(); err != nil {
 			if errors.Is(err, ErrDraining) {
 				s.met.rejected.WithLabelValues("draining").Inc()
@@ -72,16 +79,23 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		s.met.inflight.Inc()
 		defer s.met.inflight.Dec()
 
-		body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+		body, err := s.readBodyTimed(w, r)
 		if err != nil {
+			lg.err = err.Error()
 			var mb *http.MaxBytesError
-			if errors.As(err, &mb) {
+			var ne net.Error
+			switch {
+			case errors.As(err, &mb):
 				s.met.rejected.WithLabelValues("too_large").Inc()
 				writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body exceeds %d bytes", mb.Limit))
-				return
+			case errors.As(err, &ne) && ne.Timeout():
+				s.met.rejected.WithLabelValues("body_timeout").Inc()
+				w.Header().Set("Connection", "close")
+				writeError(w, http.StatusRequestTimeout, codeBodyTimeout,
+					fmt.Sprintf("the request body did not arrive within %v", s.cfg.BodyTimeout))
+			default:
+				writeError(w, http.StatusBadRequest, codeInvalid, "read request body: "+err.Error())
 			}
-			lg.err = err.Error()
-			writeError(w, http.StatusBadRequest, codeInvalid, "read request body: "+err.Error())
 			return
 		}
 		g, err := parseGen(body, chat, r.Header)
@@ -90,38 +104,71 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			return
 		}
 		lg.model, lg.stream = g.model, g.stream
-		base, adapter, err := resolveModel(s.picker.Models(), g.model, derefU64(g.adapterField), g.adapterField != nil)
-		if err != nil {
-			s.writeErr(w, err, &lg)
+		if g.batch != nil {
+			lg.endpoint = "" // each prompt logs its own line
+			s.serveBatch(w, r, path, body, g, start)
 			return
 		}
-		toks, err := s.tok.tokens(r.Context(), g, base)
-		if err != nil {
-			lg.err = err.Error()
-			var he *httpError
-			if errors.As(err, &he) {
-				s.writeErr(w, err, &lg)
-			} else if errors.Is(err, ErrNoNodes) {
-				writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can tokenise the prompt")
-			} else if r.Context().Err() == nil {
-				writeError(w, http.StatusBadGateway, codeTokenize, err.Error())
-			}
-			return
-		}
-		lg.promptTokens = len(toks)
-		preq := &PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.session}
-		s.proxy(w, r, path, body, preq, start, &lg)
+		s.route(w, r, path, body, g, start, &lg)
 	})
 }
 
-// readBody reads the whole body, at most limit bytes (more is an *http.MaxBytesError), sized by
-// Content-Length when the client sent one.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	var buf bytes.Buffer
-	if r.ContentLength > 0 && r.ContentLength <= limit {
-		buf.Grow(int(r.ContentLength) + 1) // +1: ReadFrom's final read finds EOF without growing
+// route tokenises a single-prompt request, picks its node and proxies it.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body []byte, g *genRequest, start time.Time, lg *reqLog) {
+	base, adapter, err := resolveModel(s.picker.Models(), g.model, derefU64(g.adapterField), g.adapterField != nil)
+	if err != nil {
+		s.writeErr(w, err, lg)
+		return
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	toks, err := s.tok.tokens(r.Context(), g, base)
+	if err != nil {
+		lg.err = err.Error()
+		var he *httpError
+		if errors.As(err, &he) {
+			s.writeErr(w, err, lg)
+		} else if errors.Is(err, ErrNoNodes) {
+			writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can tokenise the prompt")
+		} else if r.Context().Err() == nil {
+			writeError(w, http.StatusBadGateway, codeTokenize, err.Error())
+		}
+		return
+	}
+	lg.promptTokens = len(toks)
+	preq := &PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.session}
+	s.proxy(w, r, path, body, preq, g.stream, start, lg)
+}
+
+// readBodyTimed reads the body under Config.BodyTimeout, then lifts the deadline again (the
+// response may stream for minutes).
+func (s *Server) readBodyTimed(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	// Not every ResponseWriter supports deadlines (httptest.ResponseRecorder does not): the
+	// body is then bounded by its size only.
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return body, err
+}
+
+// readBody reads the whole body, at most limit bytes (more is an *http.MaxBytesError). With a
+// Content-Length it reads into one buffer of exactly that size (bytes.Buffer.ReadFrom would
+// double it at the end, to keep 512 bytes free).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("the body ended before its Content-Length of %d bytes: %w", n, err)
+			}
+			return nil, err
+		}
+		return buf, nil
+	}
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(body)
 	return buf.Bytes(), err
 }
 
@@ -137,14 +184,14 @@ func (s *Server) writeErr(w http.ResponseWriter, err error, lg *reqLog) {
 	lg.err = err.Error()
 	var he *httpError
 	if errors.As(err, &he) {
-		writeError(w, he.status, he.code, he.msg)
+		openai.WriteError(w, he)
 		return
 	}
 	writeError(w, http.StatusInternalServerError, "internal_error", err.Error())
 }
 
-// failure is an attempt that failed before anything reached the client: a transport error, or a
-// 5xx whose (bounded) answer is kept to relay if no retry succeeds.
+// failure is an attempt that failed before anything reached the client: a transport error or
+// deadline, or a 429 or 5xx whose (bounded) answer is kept to relay if no retry succeeds.
 type failure struct {
 	node   string
 	err    error
@@ -153,12 +200,27 @@ type failure struct {
 	body   []byte
 }
 
+// Retry causes (the label of retries_total).
+const (
+	causeConnect      = "connect"
+	causeFirstByte    = "first_byte_timeout"
+	causeStatus429    = "status_429"
+	causeStatus5xx    = "status_5xx"
+	causeIdle         = "idle_timeout"
+	causeDrain        = "drain"
+	causeUpstreamTime = "upstream_timeout"
+	causeUpstream     = "upstream_error"
+	causeClient       = "client_closed"
+)
+
 // proxy routes and forwards one request, retrying once on the next-best node when the first
-// attempt fails before any byte reached the client.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body []byte, preq *PickRequest, start time.Time, lg *reqLog) {
+// attempt fails before any byte reached the client: a connect error, no response headers within
+// the first-byte deadline (streams), a 429 or a 5xx.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body []byte, preq *PickRequest, stream bool, start time.Time, lg *reqLog) {
 	ctx := r.Context()
 	var exclude []string
 	var last *failure
+	cause := ""
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		pk, err := s.picker.Pick(ctx, preq, exclude)
 		if err != nil {
@@ -176,43 +238,99 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			return
 		}
 		if attempt > 0 {
-			s.met.retries.Inc()
+			s.met.retries.WithLabelValues(cause).Inc()
 			lg.retries++
 		}
 		s.met.decisions.WithLabelValues(pk.NodeID, pk.Policy, pk.Reason).Inc()
 		lg.node, lg.policy, lg.reason, lg.estimate = pk.NodeID, pk.Policy, pk.Reason, pk.EstimatedMatchedTokens
 
-		actx, cancel := ctx, context.CancelFunc(func() {})
-		if s.cfg.UpstreamTimeout > 0 {
-			actx, cancel = context.WithTimeout(ctx, s.cfg.UpstreamTimeout)
+		at := s.newAttempt(ctx)
+		var fb *time.Timer
+		if stream {
+			fb = at.watchdog(s.firstByteTimeout(pk), errFirstByteTimeout)
 		}
-		resp, err := s.send(actx, pk, path, body, r.Header)
-		if err == nil && resp.StatusCode >= 500 {
+		resp, err := s.send(at.ctx, pk, path, body, r.Header)
+		var first []byte
+		if fb != nil && err == nil && resp.StatusCode < 300 {
+			// The first byte of the body, under the same deadline: an engine may send its
+			// headers at once and stall after (vLLM starts its stream before the engine core
+			// answers), and until a byte has been relayed the request can still go elsewhere.
+			if first, err = readFirst(resp.Body); err != nil {
+				resp.Body.Close()
+				err = fmt.Errorf("node %s: before the first byte: %w", pk.NodeID, err)
+			}
+		}
+		if fb != nil && !fb.Stop() && err == nil {
+			resp.Body.Close() // the first byte raced the deadline and lost
+			err = fmt.Errorf("node %s: %w", pk.NodeID, errFirstByteTimeout)
+		}
+		switch {
+		case err == nil && (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests):
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 			resp.Body.Close()
 			last = &failure{node: pk.NodeID, status: resp.StatusCode, header: resp.Header, body: b}
 			err = fmt.Errorf("node %s answered %d", pk.NodeID, resp.StatusCode)
-		} else if err != nil {
+			cause = causeStatus5xx
+			if resp.StatusCode == http.StatusTooManyRequests {
+				cause = causeStatus429
+			}
+		case err != nil:
 			last = &failure{node: pk.NodeID, err: err}
+			cause = causeConnect
+			if errors.Is(at.cause(), errFirstByteTimeout) {
+				cause = causeFirstByte
+				s.met.firstByteTimeouts.WithLabelValues(pk.NodeID).Inc()
+			}
 		}
 		if err != nil {
-			cancel()
+			drained := errors.Is(at.cause(), errDrainCut)
+			at.end()
 			pk.Done(Outcome{Status: last.status, Err: last.err, CachedTokens: -1, Latency: time.Since(start)})
 			if ctx.Err() != nil {
 				lg.err = "client went away"
 				return // nothing to answer: the client is gone
 			}
-			s.health.ReportFailure(pk.NodeID)
 			lg.err = err.Error()
+			if drained {
+				w.Header().Set("Connection", "close")
+				writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down; retry on another replica")
+				return
+			}
+			// A busy node (429) is healthy; a refused connect, a 5xx or a node that does not
+			// answer in time is not, and the same streak ejects it.
+			if cause != causeStatus429 {
+				s.health.ReportFailure(pk.NodeID)
+			}
 			exclude = append(exclude, pk.NodeID)
 			continue
 		}
 		s.health.ReportSuccess(pk.NodeID)
-		s.respond(w, resp, pk, start, lg)
-		cancel()
+		s.respond(w, resp, first, pk, at, start, lg)
+		at.end()
 		return
 	}
 	s.writeFailure(w, last)
+}
+
+// firstReadBytes is the most readFirst takes: one SSE event is a few hundred bytes.
+const firstReadBytes = 4 << 10
+
+// readFirst reads the first bytes of an upstream body (an EOF after some is fine: the body is
+// that short).
+func readFirst(body io.Reader) ([]byte, error) {
+	buf := make([]byte, firstReadBytes)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			return buf[:n], nil
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, nil
+			}
+			return nil, err
+		}
+	}
 }
 
 // send forwards the original body to the chosen engine.
@@ -236,8 +354,10 @@ func (s *Server) send(ctx context.Context, pk Pick, path string, body []byte, h 
 	return resp, nil
 }
 
-// respond relays an upstream answer (any status below 500) to the client and records the outcome.
-func (s *Server) respond(w http.ResponseWriter, resp *http.Response, pk Pick, start time.Time, lg *reqLog) {
+// respond relays an upstream answer (any status below 500 but 429) to the client and records
+// the outcome. A stream that goes quiet for StreamIdleTimeout is cut; a stream cut by the
+// engine, a deadline or the drain ends with an SSE error event and a WARN line.
+func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first []byte, pk Pick, at *attempt, start time.Time, lg *reqLog) {
 	// The engine's Content-Type, not the request's stream flag, decides how to relay: an engine
 	// may answer an error as JSON to a streaming request.
 	defer resp.Body.Close()
@@ -249,6 +369,9 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, pk Pick, st
 	}
 	w.Header().Set(HeaderNode, pk.NodeID)
 	w.Header().Set(HeaderEstimate, strconv.Itoa(pk.EstimatedMatchedTokens))
+	if resp.StatusCode == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", retryAfterSeconds)
+	}
 	cached := -1
 	if c, err := strconv.Atoi(resp.Header.Get(HeaderCachedTokens)); err == nil {
 		cached = c
@@ -259,7 +382,12 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, pk Pick, st
 		_ = http.NewResponseController(w).Flush()
 	}
 	obs := newObserver(isSSE, start, cached, pk.FirstToken)
-	rerr := relay(w, resp.Body, obs)
+	idle := at.watchdog(s.cfg.StreamIdleTimeout, errIdleTimeout)
+	var src io.Reader = resp.Body
+	if len(first) > 0 {
+		src = io.MultiReader(bytes.NewReader(first), resp.Body)
+	}
+	rerr := relay(w, src, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
 	ttft := obs.ttft
 	if !isSSE {
 		ttft = headerAt
@@ -279,27 +407,38 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, pk Pick, st
 			s.met.estimateError.Observe(float64(max(diff, -diff)))
 		}
 	}
-	switch {
-	case rerr == nil:
-	case errors.Is(rerr, errClientGone) || clientGone(resp):
+	if rerr == nil {
+		return
+	}
+	cause, code := causeUpstream, codeUpstream
+	msg := fmt.Sprintf("node %s broke off the stream: %v", pk.NodeID, rerr)
+	switch c := at.cause(); {
+	case errors.Is(rerr, errClientGone) || errors.Is(c, context.Canceled) && clientGone(resp):
+		s.met.brokenStreams.WithLabelValues(pk.NodeID, causeClient).Inc()
 		lg.err = "client went away"
+		return
+	case errors.Is(c, errIdleTimeout):
+		cause, msg = causeIdle, fmt.Sprintf("node %s sent nothing for %v; the stream was cut", pk.NodeID, s.cfg.StreamIdleTimeout)
+		s.health.ReportFailure(pk.NodeID)
+	case errors.Is(c, errDrainCut):
+		cause, code, msg = causeDrain, codeDraining, "the router shut down before the stream finished; retry on another replica"
+	case errors.Is(c, errUpstreamTimeout):
+		cause, msg = causeUpstreamTime, fmt.Sprintf("the request exceeded the router's upstream timeout of %v", s.cfg.UpstreamTimeout)
 	default:
-		// The upstream broke off after bytes reached the client: too late to retry. End a stream
-		// with an error event; abort a plain body's connection so the client sees a failure, not
-		// a short body.
-		lg.err = "upstream broke off: " + rerr.Error()
-		if resp.Request.Context().Err() == nil { // not our own UpstreamTimeout
-			s.health.ReportFailure(pk.NodeID)
-		}
-		if isSSE && !obs.done {
-			writeSSEError(w, codeUpstream, fmt.Sprintf("node %s broke off the stream: %v", pk.NodeID, rerr))
-			return
-		}
-		if !isSSE {
-			s.logRequest(context.Background(), lg, resp.StatusCode, time.Since(start))
-			lg.endpoint = "" // logged already
-			panic(http.ErrAbortHandler)
-		}
+		s.health.ReportFailure(pk.NodeID)
+	}
+	// Too late to retry: bytes reached the client. End a stream with an error event; abort a
+	// plain body's connection so the client sees a failure, not a short body.
+	s.met.brokenStreams.WithLabelValues(pk.NodeID, cause).Inc()
+	lg.err, lg.broken = msg, cause
+	if isSSE && !obs.done {
+		writeSSEError(w, code, msg)
+		return
+	}
+	if !isSSE {
+		s.logRequest(context.Background(), lg, resp.StatusCode, time.Since(start))
+		lg.endpoint = "" // logged already
+		panic(http.ErrAbortHandler)
 	}
 }
 
@@ -320,6 +459,13 @@ func (s *Server) writeFailure(w http.ResponseWriter, f *failure) {
 		if ct := f.header.Get("Content-Type"); ct != "" {
 			w.Header().Set("Content-Type", ct)
 		}
+		if f.status == http.StatusTooManyRequests || f.status == http.StatusServiceUnavailable {
+			ra := f.header.Get("Retry-After")
+			if ra == "" {
+				ra = retryAfterSeconds
+			}
+			w.Header().Set("Retry-After", ra)
+		}
 		w.WriteHeader(f.status)
 		_, _ = w.Write(f.body)
 		return
@@ -333,7 +479,7 @@ func (s *Server) logRequest(ctx context.Context, lg *reqLog, status int, latency
 		return
 	}
 	level := slog.LevelInfo
-	if status >= 500 {
+	if status >= 500 || lg.broken != "" {
 		level = slog.LevelWarn
 	}
 	attrs := []slog.Attr{
@@ -345,6 +491,9 @@ func (s *Server) logRequest(ctx context.Context, lg *reqLog, status int, latency
 	}
 	if lg.err != "" {
 		attrs = append(attrs, slog.String("err", lg.err))
+	}
+	if lg.broken != "" {
+		attrs = append(attrs, slog.String("broken", lg.broken))
 	}
 	s.log.LogAttrs(ctx, level, "request", attrs...)
 }

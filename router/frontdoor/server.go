@@ -44,6 +44,8 @@ type Server struct {
 	picker  Picker
 	health  HealthReporter
 	tok     promptTokenizer
+	nodes   NodeSource // for /tokenize and /detokenize; may be nil
+	ejector Ejector    // may be nil
 	client  *http.Client
 	met     *metrics
 	reg     *prometheus.Registry
@@ -51,6 +53,10 @@ type Server struct {
 	created int64
 	adm     admission
 	handler http.Handler
+	// stop ends every attempt in flight when Shutdown's deadline passes, so streams end with
+	// an SSE error event instead of a bare EOF.
+	stop       context.Context
+	stopCancel context.CancelFunc
 
 	mu      sync.Mutex // guards httpSrv
 	httpSrv *http.Server
@@ -65,8 +71,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Picker == nil {
 		return nil, fmt.Errorf("%w: nil Picker", ErrConfig)
 	}
-	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, reg: deps.Registry, log: deps.Logger,
+	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, nodes: deps.Nodes, ejector: deps.Ejector, reg: deps.Registry, log: deps.Logger,
 		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}}
+	s.stop, s.stopCancel = context.WithCancel(context.Background())
 	if s.health == nil {
 		s.health = nopHealth{}
 	}
@@ -123,8 +130,10 @@ func (nopHealth) ReportSuccess(string) {}
 
 // Handler returns the front door's routes:
 //
-//	POST /v1/completions, POST /v1/chat/completions   routed and proxied
-//	GET  /v1/models                                   the union of the nodes' models
+//	POST /v1/completions, POST /v1/chat/completions   routed and proxied (batches split per prompt)
+//	GET  /v1/models, GET /v1/models/{id}              the union of the nodes' models
+//	POST /tokenize, POST /detokenize                  passed through to a node's engine (vLLM's)
+//	GET  /health, GET /version                        vLLM's: 200 (503 draining), the version
 //	GET  /healthz                                     200, or 503 while draining
 //	GET  /metrics                                     when Deps.Registry is set
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -134,8 +143,14 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/completions", s.instrument("completions", s.serveGenerate(false, "/v1/completions")))
 	mux.Handle("POST /v1/chat/completions", s.instrument("chat_completions", s.serveGenerate(true, "/v1/chat/completions")))
 	mux.Handle("GET /v1/models", s.instrument("models", http.HandlerFunc(s.serveModels)))
+	mux.Handle("GET /v1/models/{id}", s.instrument("models", http.HandlerFunc(s.serveModel)))
 	mux.Handle("GET /healthz", s.instrument("healthz", http.HandlerFunc(s.serveHealthz)))
-	allowed := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/healthz": "GET"}
+	mux.Handle("GET /health", s.instrument("health", http.HandlerFunc(s.serveHealth)))
+	mux.Handle("GET /version", s.instrument("version", http.HandlerFunc(s.serveVersion)))
+	mux.Handle("POST /tokenize", s.instrument("tokenize", http.HandlerFunc(s.servePassthrough)))
+	mux.Handle("POST /detokenize", s.instrument("detokenize", http.HandlerFunc(s.servePassthrough)))
+	allowed := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/healthz": "GET",
+		"/health": "GET", "/version": "GET", "/tokenize": "POST", "/detokenize": "POST"}
 	if s.reg != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 		allowed["/metrics"] = "GET"
@@ -149,7 +164,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/", s.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})))
-	return mux
+	return s.withCORS(noRedirects(mux))
 }
 
 func (s *Server) instrument(endpoint string, h http.Handler) http.Handler {
@@ -165,18 +180,12 @@ func (s *Server) instrument(endpoint string, h http.Handler) http.Handler {
 }
 
 func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
 	list := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
+		Object string      `json:"object"`
+		Data   []modelJSON `json:"data"`
+	}{Object: "list", Data: []modelJSON{}}
 	for _, m := range s.picker.Models() {
-		list.Data = append(list.Data, model{ID: m, Object: "model", Created: s.created, OwnedBy: "prefixmesh"})
+		list.Data = append(list.Data, modelJSON{ID: m, Object: "model", Created: s.created, OwnedBy: "prefixmesh"})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(list)
@@ -186,6 +195,7 @@ func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if s.adm.isDraining() {
 		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", retryAfterSeconds)
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, `{"status":"draining"}`+"\n")
 		return
@@ -234,7 +244,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-idle:
 	case <-ctx.Done():
 		err = ctx.Err()
+		// Cut the streams still in flight: each ends with an SSE error event, written
+		// before their connections close (bounded by drainEventGrace).
+		s.stopCancel()
+		grace := time.NewTimer(drainEventGrace)
+		select {
+		case <-idle:
+		case <-grace.C:
+		}
+		grace.Stop()
 	}
+	defer s.stopCancel()
 	s.mu.Lock()
 	srv := s.httpSrv
 	s.mu.Unlock()
@@ -250,6 +270,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.client.CloseIdleConnections()
 	return err
 }
+
+// drainEventGrace bounds how long Shutdown waits, once its deadline has passed, for the cut
+// streams to write their error events: writing one event to a live connection takes
+// microseconds, so 1 s only matters for clients that stopped reading.
+const drainEventGrace = time.Second
 
 // admission is the router's own in-flight bound: a counter, not a queue, so a request over the
 // cap is refused at once (429) and a draining server refuses everything new (503).

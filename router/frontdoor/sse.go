@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
 // relayBufBytes is the copy buffer: 32 KiB, io.Copy's size; an SSE chunk is a few hundred bytes,
@@ -157,9 +159,10 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufBytes); re
 var errClientGone = errors.New("client went away")
 
 // relay copies body to w as it arrives, flushing after every read when streaming, and shows every
-// piece to o. It returns errClientGone when the client stopped reading, the upstream's read error
-// when the upstream broke off, and nil at the upstream's clean end.
-func relay(w http.ResponseWriter, body io.Reader, o *observer) error {
+// piece to o; onRead (the idle watchdog's reset) is called after every read that returned bytes.
+// It returns errClientGone when the client stopped reading, the upstream's read error when the
+// upstream broke off, and nil at the upstream's clean end.
+func relay(w http.ResponseWriter, body io.Reader, o *observer, onRead func()) error {
 	rc := http.NewResponseController(w)
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
@@ -167,6 +170,7 @@ func relay(w http.ResponseWriter, body io.Reader, o *observer) error {
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
+			onRead()
 			o.write(buf[:n])
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return errClientGone
@@ -190,7 +194,7 @@ func relay(w http.ResponseWriter, body io.Reader, o *observer) error {
 // writeSSEError ends a stream that broke off upstream with an OpenAI-shaped error event, the way
 // engines report a failure after streaming began.
 func writeSSEError(w http.ResponseWriter, code, msg string) {
-	b, _ := json.Marshal(apiError{Error: apiErrorBody{Message: msg, Type: "server_error", Code: code}})
+	b, _ := json.Marshal(openai.NewErrorBody(http.StatusServiceUnavailable, code, "", msg))
 	_, _ = io.WriteString(w, "data: ")
 	_, _ = w.Write(b)
 	_, _ = io.WriteString(w, "\n\n")

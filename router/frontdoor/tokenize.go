@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
@@ -93,7 +94,13 @@ func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model strin
 	return nil, last
 }
 
+// engineTokenizeTimeout bounds one /tokenize call to an engine: tokenising the largest body
+// takes milliseconds; a node that does not answer in 10 s is hung, and the next node is tried.
+const engineTokenizeTimeout = 10 * time.Second
+
 func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body []byte) ([]uint32, error) {
+	ctx, cancel := context.WithTimeout(ctx, engineTokenizeTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engineURL+"/tokenize", bytes.NewReader(body))
 	if err != nil {
 		return nil, err

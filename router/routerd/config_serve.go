@@ -44,6 +44,12 @@ type ServeConfig struct {
 	// MaxInFlight bounds the front door's concurrent requests (429 beyond): 4096, see
 	// frontdoor.Config.MaxInFlight.
 	MaxInFlight int
+	// BodyTimeout, FirstByteFloor, FirstByteCeiling and StreamIdleTimeout are the front door's
+	// deadlines (frontdoor.Config, where each default says why): 10 s, 2 s, 1 min, 1 min.
+	BodyTimeout, FirstByteFloor, FirstByteCeiling, StreamIdleTimeout time.Duration
+	// CORSOrigins, comma-separated ("*" for any), makes the front door answer browsers from
+	// these origins; empty (default): no CORS headers.
+	CORSOrigins string
 
 	// TLSCert and TLSKey are this router's identity inside the cluster (PEM files): the gRPC
 	// server and the Raft transport serve with them, and they are the client certificate when
@@ -114,6 +120,10 @@ func DefaultServeConfig() ServeConfig {
 		LoadFactor:          routing.DefaultPolicyConfig().LoadFactor,
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         frontdoor.DefaultConfig().MaxInFlight,
+		BodyTimeout:         frontdoor.DefaultConfig().BodyTimeout,
+		FirstByteFloor:      frontdoor.DefaultConfig().FirstByteFloor,
+		FirstByteCeiling:    frontdoor.DefaultConfig().FirstByteCeiling,
+		StreamIdleTimeout:   frontdoor.DefaultConfig().StreamIdleTimeout,
 		RaftListen:          "127.0.0.1:7000",
 		RaftDir:             "./data/raft",
 		RaftBootstrapExpect: 1,
@@ -164,6 +174,14 @@ func (c ServeConfig) Validate() error {
 			return bad("--tokenizer %q: %s, %s, %s or %s", c.Tokenizer, tokenizer.CL100kBase, tokenizer.Bytes,
 				frontdoor.TokenizerEngine, frontdoor.TokenizerNone)
 		}
+	}
+	switch {
+	case c.BodyTimeout <= 0:
+		return bad("--body-timeout %v: must be positive", c.BodyTimeout)
+	case c.FirstByteFloor <= 0 || c.FirstByteCeiling < c.FirstByteFloor:
+		return bad("--first-byte-timeout-floor %v and --first-byte-timeout-ceiling %v: must be positive, floor ≤ ceiling", c.FirstByteFloor, c.FirstByteCeiling)
+	case c.StreamIdleTimeout <= 0:
+		return bad("--stream-idle-timeout %v: must be positive", c.StreamIdleTimeout)
 	}
 	if c.MaxInFlight <= 0 {
 		return bad("--max-inflight %d: must be positive", c.MaxInFlight)
@@ -261,6 +279,11 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `name` for text prompts: cl100k_base, bytes, engine (front door only) or none")
 	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "front door: `requests` proxied at once before answering 429")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "front door: longest wait for a request body once admitted (408 beyond)")
+	fs.DurationVar(&cfg.FirstByteFloor, "first-byte-timeout-floor", cfg.FirstByteFloor, "front door: least wait for a stream's first byte from the engine (the deadline is 4x the node's expected TTFT, clamped)")
+	fs.DurationVar(&cfg.FirstByteCeiling, "first-byte-timeout-ceiling", cfg.FirstByteCeiling, "front door: longest wait for a stream's first byte from the engine before retrying elsewhere")
+	fs.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", cfg.StreamIdleTimeout, "front door: a relayed stream silent this long is cut with an SSE error event")
+	fs.StringVar(&cfg.CORSOrigins, "cors-allow-origins", cfg.CORSOrigins, "front door: comma-separated `origins` answered with CORS headers (\"*\": any; empty: none)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "cluster certificate `file` (PEM) for gRPC and Raft, also the client certificate toward nodes and routers")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "cluster private key `file` (PEM)")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "cluster CA `file` (PEM): require client certificates on gRPC and Raft, verify servers when dialling")

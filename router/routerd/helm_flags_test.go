@@ -31,10 +31,12 @@ func TestHelmFlags(t *testing.T) {
 		"--raft-advertise=prefixmesh-router-0.prefixmesh-router-peers.default.svc.cluster.local:7000"}
 	tls := []string{"--tls-cert=" + cert, "--tls-key=" + key, "--tls-client-ca=" + ca}
 	cases := map[string][]string{
-		"insecure gossip":         append(append(append([]string{}, common...), "--insecure-gossip"), router...),
-		"gossip key":              append(append(append([]string{}, common...), "--gossip-key-file="+gossipKey), router...),
-		"gossip key and TLS":      append(append(append(append([]string{}, common...), "--gossip-key-file="+gossipKey), tls...), router...),
-		"one replica, insecure":   append(append(append([]string{}, common...), "--insecure-gossip"), "--raft-bootstrap-expect=1", "--raft-listen=:7000"),
+		"insecure gossip":       append(append(append([]string{}, common...), "--insecure-gossip"), router...),
+		"gossip key":            append(append(append([]string{}, common...), "--gossip-key-file="+gossipKey), router...),
+		"gossip key and TLS":    append(append(append(append([]string{}, common...), "--gossip-key-file="+gossipKey), tls...), router...),
+		"one replica, insecure": append(append(append([]string{}, common...), "--insecure-gossip"), "--raft-bootstrap-expect=1", "--raft-listen=:7000"),
+		"front door deadlines": {"--insecure-gossip", "--body-timeout=5s", "--first-byte-timeout-floor=1s",
+			"--first-byte-timeout-ceiling=30s", "--stream-idle-timeout=2m", "--cors-allow-origins=https://a.example, *"},
 		"front door and upstream": {"--insecure-gossip", "--max-inflight=10", "--upstream-tls-ca=" + ca, "--http-tls-cert=" + cert, "--http-tls-key=" + key},
 	}
 	for name, flags := range cases {

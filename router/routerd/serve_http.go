@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,16 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *rou
 	sc := frontdoor.DefaultStackConfig()
 	sc.Server.Tokenizer = cfg.Tokenizer
 	sc.Server.MaxInFlight = cfg.MaxInFlight
+	sc.Server.BodyTimeout = cfg.BodyTimeout
+	sc.Server.FirstByteFloor, sc.Server.FirstByteCeiling = cfg.FirstByteFloor, cfg.FirstByteCeiling
+	sc.Server.StreamIdleTimeout = cfg.StreamIdleTimeout
+	if cfg.CORSOrigins != "" {
+		for _, o := range strings.Split(cfg.CORSOrigins, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				sc.Server.CORSOrigins = append(sc.Server.CORSOrigins, o)
+			}
+		}
+	}
 	sc.Server.TLS = t.http
 	sc.Server.UpstreamTLS = t.upstream
 	sc.Policy = cfg.Policy

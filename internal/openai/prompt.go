@@ -1,0 +1,414 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// MaxBatchPrompts caps the prompts of one batch: 256 is vLLM's default max_num_seqs, the most
+// sequences one engine runs at once, so a bigger batch could not run in one step anywhere and is
+// more likely an attack than a workload (each prompt becomes its own routed request).
+const MaxBatchPrompts = 256
+
+// maxIDValue is the largest token id: ids travel as uint32 everywhere (hashing, the KV cache,
+// the wire), and no vocabulary comes near it.
+const maxIDValue = math.MaxUint32
+
+// Prompt is a parsed completions prompt. OpenAI's shapes are a string, an array of token ids, an
+// array of strings or an array of arrays of token ids; the last two are batches (Batch is true,
+// even for a batch of one) and give one Item per element.
+type Prompt struct {
+	Items []PromptItem
+	Batch bool
+}
+
+// PromptItem is one prompt of a request: text (IDs nil) or token ids.
+type PromptItem struct {
+	Text string
+	IDs  []uint32
+	// Start and End delimit the item's JSON in the raw prompt, so a batch can be split into
+	// single-prompt bodies without re-encoding.
+	Start, End int
+}
+
+// IsText reports whether the item is a text prompt.
+func (it *PromptItem) IsText() bool { return it.IDs == nil }
+
+// promptParser reads a prompt in one forward pass: every step moves pos forward or ends the parse,
+// so the work is linear in the input (steps counts them, for the fuzz test that checks it).
+type promptParser struct {
+	b          []byte
+	pos        int
+	steps      int
+	lastNumber []byte // the number literal number() read last, for its error message
+}
+
+// ParsePrompt parses the JSON value of a completions request's "prompt" field (raw may carry
+// surrounding whitespace; empty raw or null means the field is missing). It never nests deeper
+// than OpenAI's shapes do: a third level of arrays is refused where it starts, so the cost of a
+// hostile input is one pass over it.
+func ParsePrompt(raw []byte) (Prompt, error) {
+	var p promptParser
+	return p.parse(raw)
+}
+
+func (p *promptParser) parse(raw []byte) (Prompt, error) {
+	out, end, err := p.parseAt(raw, 0)
+	if err != nil {
+		return Prompt{}, err
+	}
+	p.pos = end
+	p.space()
+	if p.pos != len(p.b) {
+		return Prompt{}, invalidParam("prompt", "prompt: unexpected %s after the value", p.kind())
+	}
+	return out, nil
+}
+
+// parseAt parses the prompt value starting at b[start] (whitespace allowed before it) and returns
+// it with the index after it; item spans are relative to start. The request scanner calls it in
+// place of its generic value skipper, so the prompt is read once.
+func (p *promptParser) parseAt(b []byte, start int) (Prompt, int, error) {
+	p.b, p.pos = b, start
+	p.space()
+	if p.pos == len(p.b) || p.literal("null") {
+		return Prompt{}, p.pos, invalidParam("prompt", "prompt is required")
+	}
+	var out Prompt
+	switch p.b[p.pos] {
+	case '"':
+		it, err := p.text("prompt")
+		if err != nil {
+			return Prompt{}, p.pos, err
+		}
+		out.Items = []PromptItem{it}
+	case '[':
+		if err := p.array(&out); err != nil {
+			return Prompt{}, p.pos, err
+		}
+	default:
+		return Prompt{}, p.pos, invalidParam("prompt", "prompt must be a string, an array of token ids, an array of strings or an array of arrays of token ids; got %s", p.kind())
+	}
+	for i := range out.Items {
+		out.Items[i].Start -= start
+		out.Items[i].End -= start
+	}
+	return out, p.pos, nil
+}
+
+// array parses the top-level array: token ids, or a batch of strings or of id arrays, decided by
+// the first element.
+func (p *promptParser) array(out *Prompt) error {
+	start := p.pos
+	p.pos++ // '['
+	p.space()
+	switch {
+	case p.pos == len(p.b):
+		return invalidParam("prompt", "prompt: unexpected end of JSON")
+	case p.at(']'):
+		return invalidParam("prompt", "prompt is empty")
+	}
+	switch p.b[p.pos] {
+	case '"', '[':
+		out.Batch = true
+		return p.batch(out)
+	}
+	// Token ids: the commas before the array's ']' bound their number, so the slice is
+	// allocated once.
+	rest := p.b[p.pos:]
+	if end := bytes.IndexByte(rest, ']'); end >= 0 {
+		rest = rest[:end]
+	}
+	ids := make([]uint32, 0, 1+bytes.Count(rest, []byte{','}))
+	ids, err := p.ids(ids, "prompt")
+	if err != nil {
+		return err
+	}
+	out.Items = []PromptItem{{IDs: ids, Start: start, End: p.pos}}
+	return nil
+}
+
+// batch parses the elements of a batch: all strings or all arrays of token ids.
+func (p *promptParser) batch(out *Prompt) error {
+	text := p.b[p.pos] == '"'
+	for i := 0; ; i++ {
+		p.steps++
+		p.space()
+		if i == MaxBatchPrompts {
+			return invalidParam("prompt", "prompt: a batch holds at most %d prompts", MaxBatchPrompts)
+		}
+		param := "prompt[" + strconv.Itoa(i) + "]"
+		if p.pos == len(p.b) {
+			return invalidParam("prompt", "prompt: unexpected end of JSON")
+		}
+		var it PromptItem
+		switch c := p.b[p.pos]; {
+		case text && c == '"':
+			var err error
+			if it, err = p.text(param); err != nil {
+				return err
+			}
+		case !text && c == '[':
+			it.Start = p.pos
+			p.pos++
+			p.space()
+			if p.at(']') {
+				return invalidParam(param, "%s is empty", param)
+			}
+			var err error
+			if it.IDs, err = p.ids(nil, param); err != nil {
+				return err
+			}
+			it.End = p.pos
+		case text:
+			return invalidParam(param, "%s: a batch of text prompts holds only strings; got %s", param, p.kind())
+		default:
+			return invalidParam(param, "%s: a batch of token-id prompts holds only arrays of token ids; got %s", param, p.kind())
+		}
+		out.Items = append(out.Items, it)
+		p.space()
+		switch {
+		case p.at(']'):
+			p.pos++
+			return nil
+		case p.at(','):
+			p.pos++
+		default:
+			return invalidParam("prompt", "prompt: expected ',' or ']' after %s, got %s", param, p.kind())
+		}
+	}
+}
+
+// ids parses token ids after an array's '[' (at least one, whitespace skipped) through its ']'.
+func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
+	for i := 0; ; i++ {
+		// Fast path, the common case: plain digits directly followed by ',' or ']'.
+		if b, j := p.b, p.pos; j < len(b) && b[j] >= '1' && b[j] <= '9' {
+			var v uint64
+			k := j
+			for k < len(b) && k-j < 11 {
+				d := b[k] - '0'
+				if d > 9 {
+					break
+				}
+				v = v*10 + uint64(d)
+				k++
+			}
+			if k < len(b) && v <= maxIDValue && (b[k] == ',' || b[k] == ']') {
+				p.steps += k - j + 1
+				ids = append(ids, uint32(v))
+				p.pos = k + 1
+				if b[k] == ']' {
+					return ids, nil
+				}
+				continue
+			}
+		}
+		p.steps++
+		p.space()
+		if p.pos == len(p.b) {
+			return nil, invalidParam(param, "%s: unexpected end of JSON", param)
+		}
+		if c := p.b[p.pos]; c != '-' && (c < '0' || c > '9') {
+			what := p.kind()
+			if c == '[' {
+				what = "an array (prompts nest at most two levels: a batch of arrays of token ids)"
+			}
+			return nil, invalidParam(param, "%s[%d]: expected a token id (an integer in 0..%d), got %s", param, i, uint32(maxIDValue), what)
+		}
+		v, ok := p.number()
+		if !ok {
+			return nil, invalidParam(param, "%s[%d]: %s is not a token id (an integer in 0..%d)", param, i, p.lastNumber, uint32(maxIDValue))
+		}
+		ids = append(ids, v)
+		p.space()
+		switch {
+		case p.at(']'):
+			p.pos++
+			return ids, nil
+		case p.at(','):
+			p.pos++
+		default:
+			return nil, invalidParam(param, "%s: expected ',' or ']' after element %d, got %s", param, i, p.kind())
+		}
+	}
+}
+
+// number parses a JSON number at pos and reports whether it is a token id: an integer value in
+// range, written plainly (the fast path) or with a fraction or exponent whose value is integral
+// (1.0, 1e3: what Python's json writes for floats; vLLM's pydantic accepts them as ints).
+func (p *promptParser) number() (uint32, bool) {
+	start := p.pos
+	var v uint64
+	plain := true
+	if p.b[p.pos] == '-' {
+		plain = false
+		p.pos++
+	}
+	digits := p.pos
+	for p.pos < len(p.b) && p.b[p.pos] >= '0' && p.b[p.pos] <= '9' {
+		p.steps++
+		if v <= maxIDValue {
+			v = v*10 + uint64(p.b[p.pos]-'0')
+		}
+		p.pos++
+	}
+	if p.pos == digits || (p.b[digits] == '0' && p.pos-digits > 1) {
+		p.lastNumber = p.b[start:min(p.pos+1, len(p.b))]
+		return 0, false // no digits, or a leading zero: not JSON
+	}
+	if p.at('.') {
+		plain = false
+		p.pos++
+		f := p.pos
+		p.digits()
+		if p.pos == f {
+			p.lastNumber = p.b[start:p.pos]
+			return 0, false
+		}
+	}
+	if p.at('e') || p.at('E') {
+		plain = false
+		p.pos++
+		if p.at('+') || p.at('-') {
+			p.pos++
+		}
+		f := p.pos
+		p.digits()
+		if p.pos == f {
+			p.lastNumber = p.b[start:p.pos]
+			return 0, false
+		}
+	}
+	p.lastNumber = p.b[start:p.pos]
+	if plain {
+		return uint32(v), v <= maxIDValue
+	}
+	// The literal is at most the body long and ParseFloat is linear in it.
+	f, err := strconv.ParseFloat(string(p.lastNumber), 64)
+	if err != nil || f < 0 || f > maxIDValue || f != math.Trunc(f) {
+		return 0, false
+	}
+	return uint32(f), true
+}
+
+func (p *promptParser) digits() {
+	for p.pos < len(p.b) && p.b[p.pos] >= '0' && p.b[p.pos] <= '9' {
+		p.steps++
+		p.pos++
+	}
+}
+
+// text parses a JSON string at pos (a non-empty prompt).
+func (p *promptParser) text(param string) (PromptItem, error) {
+	start := p.pos
+	p.pos++ // '"'
+	simple := true
+	for {
+		p.steps++
+		if p.pos >= len(p.b) {
+			return PromptItem{}, invalidParam(param, "%s: unterminated string", param)
+		}
+		c := p.b[p.pos]
+		if c == '"' {
+			break
+		}
+		if c < 0x20 {
+			return PromptItem{}, invalidParam(param, "%s: control character in string (escape it)", param)
+		}
+		if c == '\\' {
+			simple = false
+			p.pos++ // the escaped byte, checked by the decoder below
+		} else if c >= utf8.RuneSelf {
+			simple = false
+		}
+		p.pos++
+	}
+	p.pos++ // '"'
+	span := p.b[start:p.pos]
+	it := PromptItem{Start: start, End: p.pos}
+	if simple {
+		it.Text = string(span[1 : len(span)-1])
+	} else if err := json.Unmarshal(span, &it.Text); err != nil { // linear in the span
+		return PromptItem{}, invalidParam(param, "%s: invalid string: %v", param, err)
+	}
+	if it.Text == "" {
+		return PromptItem{}, invalidParam(param, "%s is empty", param)
+	}
+	return it, nil
+}
+
+// space skips JSON whitespace.
+func (p *promptParser) space() {
+	for p.pos < len(p.b) {
+		switch p.b[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.steps++
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *promptParser) at(c byte) bool { return p.pos < len(p.b) && p.b[p.pos] == c }
+
+func (p *promptParser) literal(s string) bool {
+	if bytes.HasPrefix(p.b[p.pos:], []byte(s)) {
+		p.pos += len(s)
+		return true
+	}
+	return false
+}
+
+// kind names the JSON value at pos, for error messages.
+func (p *promptParser) kind() string {
+	if p.pos >= len(p.b) {
+		return "the end of the JSON"
+	}
+	switch c := p.b[p.pos]; {
+	case c == '"':
+		return "a string"
+	case c == '[':
+		return "an array"
+	case c == '{':
+		return "an object"
+	case c == 't' || c == 'f':
+		return "a boolean"
+	case c == 'n':
+		return "null"
+	case c == '-' || (c >= '0' && c <= '9'):
+		return "a number"
+	}
+	return strconv.Quote(string(p.b[p.pos : p.pos+1]))
+}
+
+// ParseIDs parses a JSON array of token ids (a field such as /detokenize's "tokens"), with the
+// prompt parser's rules: at least one id, no nulls, each an integer in 0..2^32-1.
+func ParseIDs(raw []byte, param string) ([]uint32, error) {
+	p := promptParser{b: raw}
+	p.space()
+	switch {
+	case p.pos == len(p.b) || p.literal("null"):
+		return nil, invalidParam(param, "%s is required", param)
+	case !p.at('['):
+		return nil, invalidParam(param, "%s must be an array of token ids, got %s", param, p.kind())
+	}
+	p.pos++
+	p.space()
+	if p.at(']') {
+		return nil, invalidParam(param, "%s is empty", param)
+	}
+	ids, err := p.ids(make([]uint32, 0, 1+bytes.Count(raw, []byte{','})), param)
+	if err != nil {
+		return nil, err
+	}
+	p.space()
+	if p.pos != len(p.b) {
+		return nil, invalidParam(param, "%s: unexpected %s after the value", param, p.kind())
+	}
+	return ids, nil
+}

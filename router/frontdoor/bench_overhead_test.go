@@ -1,0 +1,295 @@
+package frontdoor
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// Realistic upstream for the overhead benchmark: it reads the body, waits a fixed TTFT, then
+// streams benchChunks SSE chunks and [DONE], flushing each.
+const (
+	benchTTFT   = time.Millisecond
+	benchChunks = 8
+)
+
+func realisticUpstream() http.Handler {
+	chunk := []byte(`data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"prefixmesh-sim","choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null}]}` + "\n\n")
+	last := []byte(`data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"prefixmesh-sim","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8192,"completion_tokens":8,"total_tokens":8200,"prompt_tokens_details":{"cached_tokens":0}}}` + "\n\ndata: [DONE]\n\n")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(benchTTFT)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set(HeaderCachedTokens, "0")
+		rc := http.NewResponseController(w)
+		for range benchChunks - 1 {
+			_, _ = w.Write(chunk)
+			_ = rc.Flush()
+		}
+		_, _ = w.Write(last)
+	})
+}
+
+// benchBodies are the two 8k-token prompts: token ids, and text that cl100k_base tokenises to
+// about 8k tokens (the front door tokenises it on every request).
+func benchBodies(b *testing.B) (ids, text []byte) {
+	tok, err := tokenizer.New(tokenizer.CL100kBase)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sb strings.Builder
+	for i := 0; i < 600; i++ { // ~16 tokens a sentence: enough for 8k tokens
+		fmt.Fprintf(&sb, "Request %d asks the router which node caches the longest prefix of this prompt. ", i)
+	}
+	toks8k := tok.Encode(sb.String())
+	if len(toks8k) < 8192 {
+		b.Fatalf("text prompt has only %d tokens", len(toks8k))
+	}
+	prompt := tok.Decode(toks8k[:8192])
+	text, _ = json.Marshal(map[string]any{"model": simModel, "prompt": prompt, "max_tokens": benchChunks, "stream": true})
+	toks := make([]int, 8192)
+	for i := range toks {
+		toks[i] = 1000 + (i*7919)%90000
+	}
+	ids, _ = json.Marshal(map[string]any{"model": simModel, "prompt": toks, "max_tokens": benchChunks, "stream": true})
+	return ids, text
+}
+
+// BenchmarkOverhead is the front door's added latency and CPU against calling the same realistic
+// upstream directly, in the same run, for an 8k-token token-id prompt and an 8k-token text
+// prompt:
+//
+//	serial   one client; direct and front-door requests alternate, so load hits both alike;
+//	         reports each one's p50/p99 and the difference (added-p50-µs, added-p99-µs)
+//	paced1k  64 clients sending 1,000 req/s in total (open loop), alternating likewise
+//	c64      64 clients as fast as they go: req/s through the front door, and the process CPU
+//	         per request beyond the direct run's (fd-cpu-µs/req), whose inverse is the routed
+//	         requests per second one core sustains (routed-req/s/core)
+func BenchmarkOverhead(b *testing.B) {
+	up := httptest.NewServer(realisticUpstream())
+	defer up.Close()
+	list := &nodeList{}
+	var targets []NodeTarget
+	for i := range 4 {
+		targets = append(targets, target(fmt.Sprintf("n%d", i), up.URL))
+	}
+	list.set(targets)
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fd, err := New(DefaultConfig(), Deps{Picker: picker, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := httptest.NewServer(fd.Handler())
+	defer front.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
+	post := func(url string, body []byte) time.Duration {
+		start := time.Now()
+		resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+		return time.Since(start)
+	}
+	ids, text := benchBodies(b)
+	for _, kind := range []struct {
+		name string
+		body []byte
+	}{{"ids8k", ids}, {"text8k", text}} {
+		b.Run("serial/"+kind.name, func(b *testing.B) {
+			var direct, via []time.Duration
+			for b.Loop() {
+				direct = append(direct, post(up.URL, kind.body))
+				via = append(via, post(front.URL, kind.body))
+			}
+			reportPair(b, direct, via)
+		})
+		b.Run("paced1k/"+kind.name, func(b *testing.B) {
+			direct, via := paced(b, 1000, 64, func(i int) (time.Duration, bool) {
+				if i%2 == 0 {
+					return post(up.URL, kind.body), false
+				}
+				return post(front.URL, kind.body), true
+			})
+			reportPair(b, direct, via)
+		})
+		b.Run("c64/"+kind.name, func(b *testing.B) {
+			n := max(b.N, 64)
+			cpuDirect, _ := closedLoop(n, 64, func() { post(up.URL, kind.body) })
+			cpuVia, wall := closedLoop(n, 64, func() { post(front.URL, kind.body) })
+			added := (cpuVia - cpuDirect) / time.Duration(n)
+			b.ReportMetric(float64(n)/wall.Seconds(), "fd-req/s")
+			b.ReportMetric(float64(added.Microseconds()), "fd-cpu-µs/req")
+			if added > 0 {
+				b.ReportMetric(float64(time.Second)/float64(added), "routed-req/s/core")
+			}
+		})
+	}
+}
+
+// reportPair reports both runs' p50/p99 and the front door's additions.
+func reportPair(b *testing.B, direct, via []time.Duration) {
+	dp50, dp99 := percentile(direct, 50), percentile(direct, 99)
+	fp50, fp99 := percentile(via, 50), percentile(via, 99)
+	b.ReportMetric(float64(dp50.Microseconds()), "direct-p50-µs")
+	b.ReportMetric(float64(dp99.Microseconds()), "direct-p99-µs")
+	b.ReportMetric(float64(fp50.Microseconds()), "fd-p50-µs")
+	b.ReportMetric(float64(fp99.Microseconds()), "fd-p99-µs")
+	b.ReportMetric(float64((fp50 - dp50).Microseconds()), "added-p50-µs")
+	b.ReportMetric(float64((fp99 - dp99).Microseconds()), "added-p99-µs")
+	b.ReportMetric(0, "ns/op")
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// paced sends b.N×2 requests (at least 2,000) at rate req/s in total from at most workers
+// concurrent senders (open loop: a request's start does not wait for the previous one's end),
+// and splits the latencies by what f reports.
+func paced(b *testing.B, rate, workers int, f func(i int) (time.Duration, bool)) (direct, via []time.Duration) {
+	n := max(2*b.N, 2000)
+	var mu sync.Mutex // guards direct, via
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			lat, isVia := f(i)
+			mu.Lock()
+			if isVia {
+				via = append(via, lat)
+			} else {
+				direct = append(direct, lat)
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return direct, via
+}
+
+// closedLoop runs f n times from workers goroutines and returns the process CPU time and the wall
+// time it took.
+func closedLoop(n, workers int, f func()) (cpu, wall time.Duration) {
+	next := make(chan struct{}, n)
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	c0 := processCPU()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				f()
+			}
+		}()
+	}
+	wg.Wait()
+	return processCPU() - c0, time.Since(start)
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkPromptGrowth is the memory a request allocates as its token-id prompt grows from 1k to
+// 8k tokens, through the front door and directly to the same upstream, with the parser's own
+// allocations (internal/openai.ParseCompletion on the same body) measured beside them: the front
+// door's growth minus the direct path's and the parser's is what grows with the prompt outside
+// parsing (the body buffer, held for a retry, and the routing decision's overlay record).
+func BenchmarkPromptGrowth(b *testing.B) {
+	up := httptest.NewServer(realisticUpstream())
+	defer up.Close()
+	list := &nodeList{}
+	list.set([]NodeTarget{target("n0", up.URL), target("n1", up.URL)})
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fd, err := New(DefaultConfig(), Deps{Picker: picker})
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := httptest.NewServer(fd.Handler())
+	defer front.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	for _, n := range []int{1024, 8192} {
+		toks := make([]int, n)
+		for i := range toks {
+			toks[i] = 1000 + (i*7919)%90000
+		}
+		body, _ := json.Marshal(map[string]any{"model": simModel, "prompt": toks, "max_tokens": benchChunks, "stream": true})
+		for _, c := range []struct{ name, url string }{{"direct", up.URL}, {"frontdoor", front.URL}} {
+			b.Run(fmt.Sprintf("%s/ids%dk", c.name, n/1024), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					resp, err := client.Post(c.url+"/v1/completions", "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		b.Run(fmt.Sprintf("parse/ids%dk", n/1024), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parseGen(body, false, http.Header{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,186 @@
+package frontdoor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/openai"
+)
+
+// What clients written for vLLM call besides generation: GET /v1/models/{id}, /health,
+// /version, and /tokenize and /detokenize (passed through to a healthy node's engine, the
+// authority on its vocabulary); optional CORS; and no bare redirects (Go's ServeMux answers an
+// unclean path with a 301 that drops a POST's body).
+
+// passthroughTimeout bounds a /tokenize or /detokenize pass-through: tokenising the largest body
+// takes milliseconds on an engine; 30 s leaves room for a loaded one.
+const passthroughTimeout = 30 * time.Second
+
+type modelJSON struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !slices.Contains(s.picker.Models(), id) {
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Code: codeModelNotFound, Param: "model",
+			Message: fmt.Sprintf("model %q does not exist", id)})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(modelJSON{ID: id, Object: "model", Created: s.created, OwnedBy: "prefixmesh"})
+}
+
+// serveHealth is vLLM's /health: 200 with an empty body, 503 (Retry-After) while draining.
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if s.adm.isDraining() {
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// serveVersion is vLLM's /version: {"version": …}, the router's module version.
+func (s *Server) serveVersion(w http.ResponseWriter, _ *http.Request) {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"version": v})
+}
+
+// servePassthrough forwards /tokenize or /detokenize to a healthy node serving the body's model
+// (any node when it names none), trying a second node if the first cannot be reached.
+func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
+	if err := openai.CheckJSON(r.Header); err != nil {
+		s.writeErr(w, err, &reqLog{})
+		return
+	}
+	// Pass-throughs share the generation requests' in-flight bound.
+	if err := s.adm.enter(); err != nil {
+		if errors.Is(err, ErrDraining) {
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down; retry on another replica")
+			return
+		}
+		writeError(w, http.StatusTooManyRequests, codeOverloaded, fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.cfg.MaxInFlight))
+		return
+	}
+	defer s.adm.leave()
+	body, err := s.readBodyTimed(w, r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeInvalid, "read request body: "+err.Error())
+		return
+	}
+	var m struct {
+		Model string `json:"model"`
+	}
+	if err := openai.Decode(body, &m); err != nil {
+		s.writeErr(w, err, &reqLog{})
+		return
+	}
+	if s.nodes == nil {
+		writeError(w, http.StatusServiceUnavailable, codeNoNodes, "this router has no node list to pass "+r.URL.Path+" to")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), passthroughTimeout)
+	defer cancel()
+	tried := 0
+	for _, n := range s.nodes.Nodes() {
+		in := &n.Info
+		if !in.Alive || in.Draining || (m.Model != "" && in.Model != m.Model && !strings.HasPrefix(m.Model, in.Model+":")) ||
+			(s.ejector != nil && s.ejector.Ejected(in.ID)) {
+			continue
+		}
+		if tried == engineTokenizeAttempts {
+			break
+		}
+		tried++
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.EngineURL+r.URL.Path, bytes.NewReader(body))
+		if err != nil {
+			continue
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if a := r.Header.Get("Authorization"); a != "" {
+			req.Header.Set("Authorization", a)
+		}
+		resp, err := s.client.Do(req)
+		if err != nil {
+			s.health.ReportFailure(in.ID)
+			continue
+		}
+		defer resp.Body.Close()
+		for _, k := range []string{"Content-Type", "Retry-After"} {
+			if v := resp.Header.Get(k); v != "" {
+				w.Header().Set(k, v)
+			}
+		}
+		w.Header().Set(HeaderNode, in.ID)
+		if (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", retryAfterSeconds)
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, io.LimitReader(resp.Body, maxTokenizeResponseBytes))
+		return
+	}
+	writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can serve "+r.URL.Path)
+}
+
+// withCORS answers browsers from the configured origins: the CORS headers on every response and
+// 204 to preflight requests.
+func (s *Server) withCORS(h http.Handler) http.Handler {
+	if len(s.cfg.CORSOrigins) == 0 {
+		return h
+	}
+	anyOrigin := slices.Contains(s.cfg.CORSOrigins, "*")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin != "" && (anyOrigin || slices.Contains(s.cfg.CORSOrigins, origin)) {
+			hd := w.Header()
+			if anyOrigin {
+				hd.Set("Access-Control-Allow-Origin", "*")
+			} else {
+				hd.Set("Access-Control-Allow-Origin", origin)
+				hd.Add("Vary", "Origin")
+			}
+			hd.Set("Access-Control-Expose-Headers", strings.Join([]string{HeaderNode, HeaderEstimate, HeaderCachedTokens, "Retry-After"}, ", "))
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				hd.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+				hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id, "+HeaderSessionID)
+				hd.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// noRedirects answers a path ServeMux would redirect (unclean: "//", "/./", "/../", or a
+// trailing slash) with a 404 naming the path to use: a 301 drops a POST's body, and clients
+// report it as a confusing failure.
+func noRedirects(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if c := path.Clean("/" + p); p != c && r.Method != http.MethodConnect {
+			writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no route for %s %s; did you mean %s?", r.Method, p, c))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,93 @@
+package frontdoor
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// firstByteSlack multiplies a node's expected TTFT into its first-byte deadline: the estimate
+// comes from a load report up to a second old and, for nodes that report none, a default prefill
+// rate, so a healthy node may well take a few times longer; 4× still cuts off a hung node after a
+// few expected TTFTs (and never before Config.FirstByteFloor).
+const firstByteSlack = 4
+
+// defaultPrefillRate is the prefill rate assumed for a node that reports none: the routing
+// policy's default, so the deadline and the routing decision assume the same speed.
+var defaultPrefillRate = routing.DefaultPolicyConfig().DefaultPrefillTokensPerSec
+
+// ExpectedTTFT is how long node n should take to its first token for a request with prefill
+// uncached prompt tokens: its queued prefill (the larger of its aged report and this router's own
+// in-flight prefill there) plus the request's, at its prefill rate (DESIGN.md §6's cost without
+// the miss penalty). PolicyPicker sets Pick.ExpectedTTFT with it.
+func ExpectedTTFT(n *routing.NodeInfo, prefill int) time.Duration {
+	rate := n.PrefillTokensPerSec
+	if !(rate > 0) {
+		rate = defaultPrefillRate
+	}
+	queued := float64(n.QueuedPrefillTokens) - rate*n.LoadAge.Seconds()
+	queued = math.Max(math.Max(queued, float64(n.InFlightPrefillTokens)), 0)
+	sec := (queued + float64(max(prefill, 0))) / rate
+	if sec > float64(time.Hour/time.Second) {
+		return time.Hour
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// firstByteTimeout is the wait for a streaming attempt's response headers on the picked node.
+func (s *Server) firstByteTimeout(pk Pick) time.Duration {
+	return min(max(firstByteSlack*pk.ExpectedTTFT, s.cfg.FirstByteFloor), s.cfg.FirstByteCeiling)
+}
+
+// Causes an attempt's context is cancelled with, so the proxy can tell its own deadlines from the
+// client going away.
+var (
+	errFirstByteTimeout = errors.New("no response from the engine within the first-byte deadline")
+	errIdleTimeout      = errors.New("the stream sent nothing within the idle deadline")
+	errUpstreamTimeout  = errors.New("the upstream request exceeded UpstreamTimeout")
+	errDrainCut         = errors.New("the router's drain deadline passed")
+)
+
+// attempt is one try on one node: its context, cancelled with a cause by the client going away,
+// the drain deadline, UpstreamTimeout or the first-byte and idle watchdogs.
+type attempt struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stops  []func() bool
+}
+
+func (s *Server) newAttempt(parent context.Context) *attempt {
+	a := &attempt{}
+	a.ctx, a.cancel = context.WithCancelCause(parent)
+	a.stops = append(a.stops, context.AfterFunc(s.stop, func() { a.cancel(errDrainCut) }))
+	if s.cfg.UpstreamTimeout > 0 {
+		a.stops = append(a.stops, time.AfterFunc(s.cfg.UpstreamTimeout, func() { a.cancel(errUpstreamTimeout) }).Stop)
+	}
+	return a
+}
+
+// watchdog cancels the attempt with cause unless reset (Reset) or stopped within d.
+func (a *attempt) watchdog(d time.Duration, cause error) *time.Timer {
+	t := time.AfterFunc(d, func() { a.cancel(cause) })
+	a.stops = append(a.stops, t.Stop)
+	return t
+}
+
+// cause is why the attempt's context ended, nil while it runs.
+func (a *attempt) cause() error {
+	if a.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(a.ctx)
+}
+
+// end releases the attempt's timers and context.
+func (a *attempt) end() {
+	for _, stop := range a.stops {
+		stop()
+	}
+	a.cancel(context.Canceled)
+}
