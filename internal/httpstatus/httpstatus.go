@@ -11,7 +11,8 @@ const ClientClosed = 499
 // Writer records the first status written through it.
 type Writer struct {
 	http.ResponseWriter
-	code int
+	code   int
+	broken string // why the response was cut after it began; "" when it was not
 }
 
 // Wrap returns a Writer over w.
@@ -35,6 +36,13 @@ func (s *Writer) Write(b []byte) (int, error) {
 
 // Unwrap is for http.ResponseController.
 func (s *Writer) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// MarkBroken records that the response was cut after its status was sent (a stream broken off
+// mid-way), with a short cause for metrics; the status stays what the client saw.
+func (s *Writer) MarkBroken(cause string) { s.broken = cause }
+
+// Broken is the cause given to MarkBroken, "" when the response was not cut.
+func (s *Writer) Broken() string { return s.broken }
 
 // Status is the recorded code, ClientClosed when nothing was written.
 func (s *Writer) Status() int {

@@ -202,29 +202,39 @@ func TestIdleStreamCut(t *testing.T) {
 	eventually(t, "the WARN line", func() bool {
 		return strings.Contains(f.logs.String(), `"level":"WARN"`) && strings.Contains(f.logs.String(), `"broken":"idle_timeout"`)
 	})
+	// requests_total keeps the 200 the client saw and names the cut in outcome, never "complete".
+	eventually(t, "requests_total{outcome=idle_timeout}", func() bool {
+		return counterWith(t, f, "prefixmesh_frontdoor_requests_total", map[string]string{"endpoint": "completions", "code": "200", "outcome": causeIdle}) == 1
+	})
+	if n := counterWith(t, f, "prefixmesh_frontdoor_requests_total", map[string]string{"endpoint": "completions", "outcome": outcomeComplete}); n != 0 {
+		t.Fatalf("requests_total{outcome=complete} = %v for a cut stream", n)
+	}
 }
 
 func brokenByCause(t *testing.T, f *fleet, node, cause string) float64 {
+	t.Helper()
+	return counterWith(t, f, "prefixmesh_frontdoor_broken_streams_total", map[string]string{"node": node, "cause": cause})
+}
+
+// counterWith is the value of the counter name whose labels include want (0 when there is none).
+func counterWith(t *testing.T, f *fleet, name string, want map[string]string) float64 {
 	t.Helper()
 	mfs, err := f.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "prefixmesh_frontdoor_broken_streams_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			var n, c string
+			match := 0
 			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "node":
-					n = l.GetValue()
-				case "cause":
-					c = l.GetValue()
+				if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+					match++
 				}
 			}
-			if n == node && c == cause {
+			if match == len(want) {
 				return m.GetCounter().GetValue()
 			}
 		}

@@ -6,7 +6,7 @@ import (
 
 // metrics are the front door's Prometheus series.
 type metrics struct {
-	requests      *prometheus.CounterVec   // endpoint, code
+	requests      *prometheus.CounterVec   // endpoint, code, outcome
 	decisions     *prometheus.CounterVec   // node, policy, reason
 	estimateExact prometheus.Counter       // requests whose estimate equalled cached_tokens
 	estimateSeen  prometheus.Counter       // requests with both an estimate and cached_tokens
@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	const ns, sub = "prefixmesh", "frontdoor"
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "requests_total",
-			Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "code"}),
+			Help: "HTTP requests by endpoint, status code and outcome (complete, or the cause a response was cut after it began)."}, []string{"endpoint", "code", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
 			Help: "Routing decisions by chosen node, policy and reason (retries included)."}, []string{"node", "policy", "reason"}),
 		estimateExact: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_exact_total",

@@ -415,6 +415,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first []byt
 	switch c := at.cause(); {
 	case errors.Is(rerr, errClientGone) || errors.Is(c, context.Canceled) && clientGone(resp):
 		s.met.brokenStreams.WithLabelValues(pk.NodeID, causeClient).Inc()
+		markBroken(w, causeClient)
 		lg.err = "client went away"
 		return
 	case errors.Is(c, errIdleTimeout):
@@ -430,6 +431,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first []byt
 	// Too late to retry: bytes reached the client. End a stream with an error event; abort a
 	// plain body's connection so the client sees a failure, not a short body.
 	s.met.brokenStreams.WithLabelValues(pk.NodeID, cause).Inc()
+	markBroken(w, cause)
 	lg.err, lg.broken = msg, cause
 	if isSSE && !obs.done {
 		writeSSEError(w, code, msg)
@@ -449,6 +451,17 @@ func clientGone(resp *http.Response) bool {
 }
 
 // writeFailure relays the last failed attempt: the engine's own 5xx answer, or 502.
+// outcomeComplete is requests_total's outcome for a response that was not cut after it began.
+const outcomeComplete = "complete"
+
+// markBroken tells the instrumenting writer (when w is one) that the response was cut after it
+// began, so requests_total counts it under its cause rather than as a plain 200.
+func markBroken(w http.ResponseWriter, cause string) {
+	if m, ok := w.(interface{ MarkBroken(string) }); ok {
+		m.MarkBroken(cause)
+	}
+}
+
 func (s *Server) writeFailure(w http.ResponseWriter, f *failure) {
 	if f == nil {
 		writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can serve this request")

@@ -172,7 +172,11 @@ func (s *Server) instrument(endpoint string, h http.Handler) http.Handler {
 		sw := httpstatus.Wrap(w)
 		start := time.Now()
 		defer func() {
-			s.met.requests.WithLabelValues(endpoint, strconv.Itoa(sw.Status())).Inc()
+			outcome := sw.Broken()
+			if outcome == "" {
+				outcome = outcomeComplete
+			}
+			s.met.requests.WithLabelValues(endpoint, strconv.Itoa(sw.Status()), outcome).Inc()
 			s.met.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 		}()
 		h.ServeHTTP(sw, r)
