@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,9 @@ type Agent struct {
 	// which Start calls holding mu.
 	knownMu sync.Mutex
 	known   map[string]knownMember
+
+	everJoined  atomic.Bool            // this member has known another one
+	lastJoinErr atomic.Pointer[string] // the last failed join's error, for Health
 
 	mu      sync.Mutex // guards started, closed
 	started bool
@@ -145,6 +149,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	mc.Logger = newMemberlistLogger(a.cfg.Logger, a.metrics) // counted and rate-limited
 	mc.Delegate = delegate{a}
 	mc.Events = events{a}
 	ml, err := memberlist.Create(mc)
@@ -191,17 +196,33 @@ func (a *Agent) Join(ctx context.Context, seeds []string) (int, error) {
 	return n, nil
 }
 
-// joinLoop joins the configured seeds, and again whenever this member is alone.
+// joinLoop joins the configured seeds, and again whenever this member is alone. Failures are
+// logged at WARN with a growing gap (joinLogger), the rest at DEBUG, and counted.
 func (a *Agent) joinLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.JoinRetryInterval)
 	defer t.Stop()
+	var jl joinLogger
 	for {
 		if a.ml.NumMembers() <= 1 {
+			if a.everJoined.Load() && jl.failures == 0 {
+				a.cfg.Logger.Warn("lost every gossip peer; rejoining", "seeds", a.cfg.Join)
+			}
 			if n, err := a.Join(ctx, a.cfg.Join); err != nil {
-				a.cfg.Logger.Debug("gossip join failed; retrying", "seeds", a.cfg.Join, "err", err)
+				a.metrics.joinFailures.Inc()
+				msg := strings.Join(strings.Fields(err.Error()), " ") // memberlist's errors span lines
+				a.lastJoinErr.Store(&msg)
+				level := slog.LevelDebug
+				if jl.warn(time.Now(), a.cfg.JoinRetryInterval) {
+					level = slog.LevelWarn
+				}
+				a.cfg.Logger.Log(ctx, level, "gossip join failed; this member is isolated and reports not serving",
+					"seeds", a.cfg.Join, "attempts", jl.failures, "err", err)
 			} else {
+				jl.reset()
 				a.cfg.Logger.Info("joined gossip cluster", "contacted", n, "members", a.ml.NumMembers())
 			}
+		} else {
+			jl.reset()
 		}
 		select {
 		case <-ctx.Done():
@@ -296,16 +317,33 @@ func (a *Agent) memberChanged(n *memberlist.Node, alive bool) {
 		delete(a.known, n.Name)
 	}
 	routers := make([]memberlist.Node, 0, len(*a.routers.Load())+1)
+	var byRole [3]int
 	for _, k := range a.known {
+		if int(k.meta.Role) < len(byRole) {
+			byRole[k.meta.Role]++
+		}
 		if k.meta.Role == RoleRouter && k.node.Name != a.cfg.Meta.NodeID {
 			routers = append(routers, k.node)
 		}
 	}
 	a.routers.Store(&routers)
+	if len(a.known) > 1 {
+		a.everJoined.Store(true)
+	}
+	a.metrics.members.WithLabelValues("node").Set(float64(byRole[RoleNode]))
+	a.metrics.members.WithLabelValues("router").Set(float64(byRole[RoleRouter]))
+	a.metrics.isolated.Set(b2f(len(a.cfg.Join) > 0 && len(a.known) <= 1))
 	a.knownMu.Unlock()
 	if a.mir != nil {
 		a.mir.membershipChanged()
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // received handles a user message or remote state from memberlist: copy, then hand off.

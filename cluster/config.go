@@ -197,7 +197,7 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 		mc.Keyring = kr
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
-	mc.Logger = newMemberlistLogger(c.Logger)
+	mc.Logger = newMemberlistLogger(c.Logger, nil)
 	if c.tune != nil {
 		c.tune(mc)
 	}

@@ -18,6 +18,11 @@ type metrics struct {
 	lag            prometheus.Histogram // node emit → router apply, seconds
 	nodes          prometheus.Gauge     // node members the mirror tracks
 	sendErrors     prometheus.Counter
+	members        *prometheus.GaugeVec // live members by role, this one included
+	joinFailures   prometheus.Counter
+	isolated       prometheus.Gauge       // 1 while a member with seeds knows no other member
+	logLines       *prometheus.CounterVec // memberlist warnings and errors, by level
+	badPackets     *prometheus.CounterVec // outsider-triggerable packet faults, by kind
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -58,7 +63,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "prefixmesh_gossip_send_errors_total", Help: "Best-effort sends that failed locally.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.packetsSent, m.drops, m.repairs, m.repairFailures, m.held, m.lag, m.nodes, m.sendErrors} {
+	m.members = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "prefixmesh_gossip_members", Help: "Live gossip members this member knows, by role (node, router), itself included.",
+	}, []string{"role"})
+	m.joinFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "prefixmesh_gossip_join_failures_total", Help: "Attempts to join the seeds that reached no member (wrong key or label, seeds down).",
+	})
+	m.isolated = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "prefixmesh_gossip_isolated", Help: "1 while this member was given seeds but knows no other member (health reports NOT_SERVING), else 0.",
+	})
+	m.logLines = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "prefixmesh_gossip_log_lines_total", Help: "memberlist warnings and errors, by level, whether logged or suppressed by the rate limit.",
+	}, []string{"level"})
+	m.badPackets = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "prefixmesh_gossip_bad_packets_total", Help: "Gossip packets and streams memberlist refused, by kind (decrypt, label, checksum, decode, stream).",
+	}, []string{"kind"})
+	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.packetsSent, m.drops, m.repairs, m.repairFailures, m.held, m.lag, m.nodes, m.sendErrors, m.members, m.joinFailures, m.isolated, m.logLines, m.badPackets} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

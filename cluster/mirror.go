@@ -475,20 +475,33 @@ func (mi *Mirror) reconcile() {
 		case p == nil:
 			mi.peers[m.NodeID] = &peer{meta: m, needRepair: true, reason: "join", lastHeard: mi.now()}
 		case p.meta.Epoch != m.Epoch:
+			// A restart: the old summary and the connection to the old process both go.
 			mi.idx.RemoveNode(m.NodeID)
+			mi.forget(m.NodeID)
 			mi.peers[m.NodeID] = &peer{meta: m, needRepair: true, reason: "epoch", gen: p.gen + 1, lastHeard: mi.now()}
 		default:
+			if p.meta.GRPCAddr != m.GRPCAddr {
+				mi.forget(m.NodeID) // the next repair dials the new address
+			}
 			p.meta = m
 		}
 	}
 	for id, p := range mi.peers {
 		if !seen[id] {
 			mi.idx.RemoveNode(id)
+			mi.forget(id)
 			p.gen++ // orphan any running repair
 			delete(mi.peers, id)
 		}
 	}
 	mi.reconciled = true
+}
+
+// forget drops what the fetcher keeps for a node (its repair connection).
+func (mi *Mirror) forget(node string) {
+	if f, ok := mi.fetch.(memberForgetter); ok {
+		f.Forget(node)
+	}
 }
 
 // publish stores a fresh immutable view for readers.

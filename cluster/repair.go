@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
@@ -35,35 +39,98 @@ var errEpochMoved = errors.New("summary epoch differs from member metadata")
 // node's KV capacity, and a node that claims more is refused rather than exhausting the router.
 const MaxSummaryHashes = 1 << 26
 
-// GRPCFetcher fetches summaries with NodeCache.GetSummary, keeping one client connection per
-// node address. It is safe for concurrent use.
+// fetchBackoff is the reconnect backoff of a repair connection. grpc-go's default grows to
+// 120 s, which left a restarted node out of routing for up to 92 s (issue 15) while the mirror
+// itself retried every 5 s. These values equal DefaultConfig's RepairBackoff and
+// MaxRepairBackoff, and a repair replaces a connection that is not connected or idle anyway, so
+// the mirror's own schedule is what decides when a node is dialled again.
+var fetchBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second}
+
+// fetchConnectTimeout bounds one connection attempt: a node on a LAN answers in milliseconds,
+// and a SYN lost to a frozen host must not hold a repair for grpc-go's default 20 s.
+const fetchConnectTimeout = 2 * time.Second
+
+// GRPCFetcher fetches summaries with NodeCache.GetSummary over one client connection per node
+// member. The connections follow membership: the mirror calls Forget when a member leaves,
+// restarts (new epoch) or changes address, and FetchSummary redials when the address it is
+// given differs from the connection's. It is safe for concurrent use.
 type GRPCFetcher struct {
 	dialOpts []grpc.DialOption
 
-	mu    sync.Mutex // guards conns
-	conns map[string]*grpc.ClientConn
+	mu     sync.Mutex           // guards conns, closed
+	conns  map[string]fetchConn // by node id
+	closed bool
 }
 
-// NewGRPCFetcher returns a fetcher that dials with opts (plaintext when none are given).
+// fetchConn is a node's repair connection and the address it was dialled at.
+type fetchConn struct {
+	addr string
+	cc   *grpc.ClientConn
+}
+
+// memberForgetter is implemented by fetchers that keep per-member state (GRPCFetcher's
+// connections); the mirror tells them when a member's state is void.
+type memberForgetter interface{ Forget(nodeID string) }
+
+var _ memberForgetter = (*GRPCFetcher)(nil)
+
+// NewGRPCFetcher returns a fetcher that dials with opts (plaintext when none are given) and the
+// reconnect backoff above.
 func NewGRPCFetcher(opts ...grpc.DialOption) *GRPCFetcher {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	return &GRPCFetcher{dialOpts: opts, conns: make(map[string]*grpc.ClientConn)}
+	opts = append(slices.Clip(opts), grpc.WithConnectParams(grpc.ConnectParams{Backoff: fetchBackoff, MinConnectTimeout: fetchConnectTimeout}))
+	return &GRPCFetcher{dialOpts: opts, conns: make(map[string]fetchConn)}
 }
 
-func (f *GRPCFetcher) conn(addr string) (*grpc.ClientConn, error) {
+// conn returns node's connection, dialling it again if the address moved or the last attempt
+// failed.
+func (f *GRPCFetcher) conn(node Meta) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c := f.conns[addr]; c != nil {
-		return c, nil
+	if f.closed {
+		return nil, ErrClosed
 	}
-	c, err := grpc.NewClient(addr, f.dialOpts...)
+	if c, ok := f.conns[node.NodeID]; ok {
+		// Only a connected or idle connection is reused. One in TRANSIENT_FAILURE stays there
+		// (failing every RPC at once) until grpc-go's own reconnect schedule succeeds, and one
+		// CONNECTING may be a retry that started before the node came back; the mirror backs
+		// off between repairs on its own, so a fresh dial is what it wants.
+		if st := c.cc.GetState(); c.addr == node.GRPCAddr && (st == connectivity.Ready || st == connectivity.Idle) {
+			return c.cc, nil
+		}
+		_ = c.cc.Close()
+		delete(f.conns, node.NodeID)
+	}
+	cc, err := grpc.NewClient(node.GRPCAddr, f.dialOpts...)
 	if err != nil {
 		return nil, err
 	}
-	f.conns[addr] = c
-	return c, nil
+	f.conns[node.NodeID] = fetchConn{addr: node.GRPCAddr, cc: cc}
+	return cc, nil
+}
+
+// Forget closes nodeID's connection, if any (a repair using it fails, and its result is
+// discarded by the mirror, which has moved on).
+func (f *GRPCFetcher) Forget(nodeID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.conns[nodeID]; ok {
+		_ = c.cc.Close()
+		delete(f.conns, nodeID)
+	}
+}
+
+// connAddrs returns node id → dialled address, for tests and debugging.
+func (f *GRPCFetcher) connAddrs() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]string, len(f.conns))
+	for id, c := range f.conns {
+		out[id] = c.addr
+	}
+	return out
 }
 
 // FetchSummary streams node's full snapshot and checks that every chunk names the same node,
@@ -72,7 +139,7 @@ func (f *GRPCFetcher) FetchSummary(ctx context.Context, node Meta) (Summary, err
 	if node.GRPCAddr == "" {
 		return Summary{}, fmt.Errorf("fetch summary of %s: %w: no gRPC address", node.NodeID, ErrInvalid)
 	}
-	c, err := f.conn(node.GRPCAddr)
+	c, err := f.conn(node)
 	if err != nil {
 		return Summary{}, fmt.Errorf("fetch summary of %s: %w", node.NodeID, err)
 	}
@@ -110,14 +177,15 @@ func (f *GRPCFetcher) FetchSummary(ctx context.Context, node Meta) (Summary, err
 	}
 }
 
-// Close closes every connection.
+// Close closes every connection; later fetches fail with ErrClosed.
 func (f *GRPCFetcher) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.closed = true
 	var errs []error
-	for addr, c := range f.conns {
-		errs = append(errs, c.Close())
-		delete(f.conns, addr)
+	for id, c := range f.conns {
+		errs = append(errs, c.cc.Close())
+		delete(f.conns, id)
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -65,6 +67,51 @@ func (f *forwarder) propose(ctx context.Context, addr string, cmd []byte) (Resul
 		return Result{}, fmt.Errorf("forward to leader at %s: %w", addr, fromPeerStatus(err))
 	}
 	return decodeResult(resp.GetResult())
+}
+
+// toLeader runs call, a PinsPeer call to the leader id, abandoning it when this member sees
+// another leader elected meanwhile: a frozen leader never answers, and the caller's deadline
+// would otherwise pass on it though a new leader was elected seconds in (issue 15). An abandoned
+// call's outcome is unknown (ErrUnavailable): a write may still have been replicated.
+func (s *Store) toLeader(ctx context.Context, id string, call func(context.Context) error) error {
+	actx, cancel := context.WithCancel(ctx)
+	var moved atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.HeartbeatTimeout / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-actx.Done():
+				return
+			case <-t.C:
+				if _, lid := s.raft.LeaderWithID(); lid != "" && string(lid) != id {
+					moved.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err := call(actx)
+	cancel()
+	<-done
+	if err != nil && moved.Load() && !errors.Is(err, ErrNotLeader) {
+		return fmt.Errorf("%w: leadership moved from %s while the call was in flight: %w", ErrUnavailable, id, err)
+	}
+	return err
+}
+
+// forward sends an encoded command to the leader (id, at addr); see toLeader.
+func (s *Store) forward(ctx context.Context, addr, id string, b []byte) (Result, error) {
+	var r Result
+	err := s.toLeader(ctx, id, func(ctx context.Context) error {
+		var err error
+		r, err = s.fwd.propose(ctx, addr, b)
+		return err
+	})
+	return r, err
 }
 
 // readIndex asks the leader at addr for its read index.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -15,6 +17,51 @@ type Member struct {
 	ID       string // raft server id (the node id)
 	RaftAddr string // raft transport address
 	GRPCAddr string // Pins gRPC address
+}
+
+// Server is one server of the Raft configuration as a member knows it.
+type Server struct {
+	ID       string
+	RaftAddr string
+	GRPCAddr string // "" when this member has not learnt it
+	Voter    bool
+}
+
+// Membership is a member's view of the Raft configuration (`pins members`).
+type Membership struct {
+	Servers  []Server // by id
+	LeaderID string   // "" when this member knows no leader
+	Self     string   // this member's id
+	State    string   // Leader, Follower, Candidate or Shutdown
+	Term     uint64
+	// LastContact is when this member last heard from the leader (zero on the leader itself
+	// and before any contact); Staleness is the bound it implies on local reads.
+	LastContact time.Time
+	Staleness   time.Duration
+	Applied     uint64
+}
+
+// Membership returns this member's view of the Raft configuration. Local; no quorum needed.
+func (s *Store) Membership() (Membership, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return Membership{}, fmt.Errorf("membership: get configuration: %w", mapRaftErr(err))
+	}
+	leader, _ := s.Leader()
+	m := Membership{LeaderID: leader, Self: s.cfg.ServerID, State: s.raft.State().String(),
+		Staleness: s.Staleness(), Applied: s.fsm.AppliedIndex()}
+	if t, err := strconv.ParseUint(s.raft.Stats()["term"], 10, 64); err == nil {
+		m.Term = t
+	}
+	if s.raft.State() != raft.Leader {
+		m.LastContact = s.raft.LastContact()
+	}
+	for _, srv := range f.Configuration().Servers {
+		id := string(srv.ID)
+		m.Servers = append(m.Servers, Server{ID: id, RaftAddr: string(srv.Address), GRPCAddr: s.peerAddr(id), Voter: srv.Suffrage == raft.Voter})
+	}
+	slices.SortFunc(m.Servers, func(a, b Server) int { return cmp.Compare(a.ID, b.ID) })
+	return m, nil
 }
 
 // AddVoter adds (or re-addresses) a voter. Only the leader can; others get ErrNotLeader.

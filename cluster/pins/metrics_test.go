@@ -27,6 +27,7 @@ func TestMetrics(t *testing.T) {
 	want := map[string]bool{
 		"prefixmesh_pins_write_seconds": false, "prefixmesh_pins_leader_changes_total": false,
 		"prefixmesh_pins_applied_index": false, "prefixmesh_pins_read_staleness_seconds": false,
+		"prefixmesh_pins_voters": false, "prefixmesh_pins_voter": false, "prefixmesh_pins_is_leader": false,
 	}
 	waitFor(t, 5*time.Second, "a leader change to be counted", func() bool {
 		mfs, err := reg.Gather()
@@ -43,6 +44,14 @@ func TestMetrics(t *testing.T) {
 			case "prefixmesh_pins_applied_index":
 				if mf.GetMetric()[0].GetGauge().GetValue() < 2 {
 					t.Fatalf("applied index gauge %v", mf.GetMetric()[0].GetGauge().GetValue())
+				}
+			case "prefixmesh_pins_voters", "prefixmesh_pins_is_leader":
+				if v := mf.GetMetric()[0].GetGauge().GetValue(); v != 1 {
+					t.Fatalf("%s = %v, want 1 (one voter, the leader)", mf.GetName(), v)
+				}
+			case "prefixmesh_pins_voter":
+				if m := mf.GetMetric(); len(m) != 1 || m[0].GetLabel()[0].GetValue() != "m" {
+					t.Fatalf("voter series: %v", m)
 				}
 			case "prefixmesh_pins_write_seconds":
 				if len(mf.GetMetric()) != 2 { // outcome="ok" and outcome="error"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -183,6 +184,27 @@ func (s *Service) List(ctx context.Context, req *pb.ListPinsRequest) (*pb.ListPi
 		}
 	}
 	return s.listResponse(s.store.View()), nil
+}
+
+// Members implements pb.PinsServer: this member's view of the Raft configuration.
+func (s *Service) Members(context.Context, *pb.PinsMembersRequest) (*pb.PinsMembersResponse, error) {
+	m, err := s.store.Membership()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.PinsMembersResponse{LeaderId: m.LeaderID, ServerId: m.Self, State: m.State, Term: m.Term,
+		LastContactSeconds: -1, StalenessSeconds: m.Staleness.Seconds(), AppliedIndex: m.Applied}
+	switch {
+	case m.LeaderID == m.Self:
+		out.LastContactSeconds = 0
+	case !m.LastContact.IsZero():
+		out.LastContactSeconds = time.Since(m.LastContact).Seconds()
+	}
+	for _, srv := range m.Servers {
+		out.Servers = append(out.Servers, &pb.PinsRaftServer{Id: srv.ID, RaftAddress: srv.RaftAddr, GrpcAddress: srv.GRPCAddr,
+			Voter: srv.Voter, Leader: srv.ID == m.LeaderID})
+	}
+	return out, nil
 }
 
 func (s *Service) listResponse(v View) *pb.ListPinsResponse {

@@ -237,7 +237,7 @@ func (s *Store) Write(ctx context.Context, c Command) (Result, error) {
 		return Result{}, fmt.Errorf("%w: command is %d bytes, over the limit of %d", ErrInvalid, len(b), MaxCommandBytes)
 	}
 	start := time.Now()
-	r, err := s.propose(ctx, b)
+	r, err := s.propose(ctx, b, c.Cond.Set)
 	if err == nil && r.Err != nil {
 		err = r.Err
 	}
@@ -245,10 +245,17 @@ func (s *Store) Write(ctx context.Context, c Command) (Result, error) {
 	return r, err
 }
 
-// propose applies an encoded, valid command on the leader, wherever it is.
-func (s *Store) propose(ctx context.Context, b []byte) (Result, error) {
+// propose applies an encoded, valid command on the leader, wherever it is. A command rejected
+// before it reached any log (not leader, leader unreachable) is retried until ctx ends. A
+// compare-and-set (cas) is also retried after an attempt with an unknown outcome (a leader
+// that froze or died mid-call, leadership lost mid-commit): its version condition lets at most
+// one attempt apply. If a retry then finds the version moved, the earlier attempt may be what
+// moved it, so that outcome is reported as ErrUnavailable (unknown) naming the mismatch, never
+// as a plain *VersionError (issue 15).
+func (s *Store) propose(ctx context.Context, b []byte, cas bool) (Result, error) {
 	ctx, cancel := s.withDeadline(ctx)
 	defer cancel()
+	ambiguous := false
 	for {
 		if s.closed.Load() {
 			return Result{}, ErrClosed
@@ -258,15 +265,25 @@ func (s *Store) propose(ctx context.Context, b []byte) (Result, error) {
 		if s.raft.State() == raft.Leader {
 			r, err = s.applyLocal(ctx, b)
 		} else {
-			var addr string
-			if addr, err = s.leaderGRPC(ctx); err == nil {
-				r, err = s.fwd.propose(ctx, addr, b)
+			var addr, id string
+			if addr, id, err = s.leaderGRPC(ctx); err == nil {
+				r, err = s.forward(ctx, addr, id, b)
 			}
 		}
-		if !errors.Is(err, ErrNotLeader) {
+		switch {
+		case errors.Is(err, ErrNotLeader):
+			// Rejected before it reached any log: safe to retry once leadership settles.
+		case cas && ctx.Err() == nil && errors.Is(err, ErrUnavailable):
+			ambiguous = true
+			s.metrics.forwardRetries.Inc()
+		default:
+			var ve *VersionError
+			if err == nil && ambiguous && errors.As(r.Err, &ve) {
+				// Not %w: this is no plain mismatch, and callers that test for one must not see it.
+				r.Err = fmt.Errorf("%w: an earlier attempt had an unknown outcome and may have applied (retry found: %v)", ErrUnavailable, ve)
+			}
 			return r, err
 		}
-		// Rejected before it reached any log: safe to retry once leadership settles.
 		if werr := s.pause(ctx); werr != nil {
 			return Result{}, werr
 		}
@@ -285,23 +302,23 @@ func (s *Store) pause(ctx context.Context) error {
 	}
 }
 
-// leaderGRPC waits (bounded by ctx) for a known leader and returns its gRPC address.
-func (s *Store) leaderGRPC(ctx context.Context) (string, error) {
+// leaderGRPC waits (bounded by ctx) for a known leader and returns its gRPC address and id.
+func (s *Store) leaderGRPC(ctx context.Context) (addr, id string, err error) {
 	for {
-		_, id := s.raft.LeaderWithID()
-		if id == raft.ServerID(s.cfg.ServerID) {
-			return "", ErrNotLeader // we just became leader: retry locally
+		_, lid := s.raft.LeaderWithID()
+		if lid == raft.ServerID(s.cfg.ServerID) {
+			return "", "", ErrNotLeader // we just became leader: retry locally
 		}
-		if id != "" {
-			if addr := s.peerAddr(string(id)); addr != "" {
-				return addr, nil
+		if lid != "" {
+			if addr := s.peerAddr(string(lid)); addr != "" {
+				return addr, string(lid), nil
 			}
 		}
 		if err := s.pause(ctx); err != nil {
-			if id != "" {
-				return "", fmt.Errorf("%w: no gRPC address known for leader %s", ErrUnavailable, id)
+			if lid != "" {
+				return "", "", fmt.Errorf("%w: no gRPC address known for leader %s", ErrUnavailable, lid)
 			}
-			return "", fmt.Errorf("%w: no leader", err)
+			return "", "", fmt.Errorf("%w: no leader", err)
 		}
 	}
 }
@@ -390,8 +407,8 @@ func (s *Store) readIndexLocal(ctx context.Context) (uint64, error) {
 
 // Sync makes the local table linearizable: when it returns nil, local reads reflect every write
 // acknowledged before Sync was called. It asks the leader for its read index (forwarding from a
-// follower) and waits until this member has applied up to it. Without quorum it fails with
-// ErrUnavailable when ctx (or the write timeout) ends.
+// follower, retrying through leader changes) and waits until this member has applied up to it.
+// Without quorum it fails with ErrUnavailable when ctx (or the write timeout) ends.
 func (s *Store) Sync(ctx context.Context) error {
 	ctx, cancel := s.withDeadline(ctx)
 	defer cancel()
@@ -401,12 +418,18 @@ func (s *Store) Sync(ctx context.Context) error {
 		if s.raft.State() == raft.Leader {
 			idx, err = s.readIndexLocal(ctx)
 		} else {
-			var addr string
-			if addr, err = s.leaderGRPC(ctx); err == nil {
-				idx, err = s.fwd.readIndex(ctx, addr)
+			var addr, id string
+			if addr, id, err = s.leaderGRPC(ctx); err == nil {
+				err = s.toLeader(ctx, id, func(ctx context.Context) error {
+					var err error
+					idx, err = s.fwd.readIndex(ctx, addr)
+					return err
+				})
 			}
 		}
-		if errors.Is(err, ErrNotLeader) {
+		// A read index changes nothing, so any failure with time left is retried: not the
+		// leader, a leader that froze or died mid-call, leadership lost at the barrier.
+		if errors.Is(err, ErrNotLeader) || (errors.Is(err, ErrUnavailable) && ctx.Err() == nil) {
 			if werr := s.pause(ctx); werr != nil {
 				return werr
 			}

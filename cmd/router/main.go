@@ -1,7 +1,7 @@
 // Command prefixmesh-router is the front-door router of a prefixmesh fleet. With no subcommand
 // (or "serve") it joins the cluster, mirrors every node's cache summary and routes requests;
 // "sim" replays a trace through the routing policies; "pins" administers adapter pins; "demo"
-// runs a whole local cluster with simulated engines.
+// runs a whole local cluster with simulated engines. "help" (or -h, --help) lists them all.
 package main
 
 import (
@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -22,6 +23,15 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"sim":   runSim,
 	"pins":  runPins,
 	"demo":  runDemo,
+}
+
+// summaries are the one-line descriptions `prefixmesh-router help` prints beside each
+// subcommand (a subcommand without one is still listed).
+var summaries = map[string]string{
+	"serve": "join the cluster, mirror every node's cache summary and route requests (the default)",
+	"sim":   "replay a request trace through the routing policies and compare them",
+	"pins":  "administer adapter pins and show the Raft members (any router's Pins service)",
+	"demo":  "run a whole local cluster with simulated engines and send it traffic",
 }
 
 func main() {
@@ -39,10 +49,29 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return run(ctx, args[1:], stdout, stderr)
 		}
 	}
+	if len(args) == 1 && (args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		usage(stdout)
+		return 0
+	}
 	// No subcommand, or flags first: serve.
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return routerd.Main(ctx, args, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "usage: prefixmesh-router [serve|sim|pins|demo] [flags]\n")
+	fmt.Fprintf(stderr, "prefixmesh-router: unknown subcommand %q\n\n", args[0])
+	usage(stderr)
 	return 2
+}
+
+// usage lists every registered subcommand.
+func usage(w io.Writer) {
+	names := make([]string, 0, len(subcommands))
+	for name := range subcommands {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	fmt.Fprintf(w, "usage: prefixmesh-router [%s] [flags]\n\nSubcommands:\n", strings.Join(names, "|"))
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", name, summaries[name])
+	}
+	fmt.Fprintf(w, "\nWith no subcommand, or flags first, the router serves. \"prefixmesh-router <subcommand> --help\" shows a subcommand's flags.\n")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -20,5 +21,20 @@ func TestDispatch(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := dispatch(ctx, []string{"launch"}, &out, &errb); code != 2 || errb.Len() == 0 {
 		t.Errorf("unknown subcommand: code %d, %q", code, errb.String())
+	}
+}
+
+// TestHelpListsEverySubcommand: --help names every registered subcommand (issue 15).
+func TestHelpListsEverySubcommand(t *testing.T) {
+	for _, arg := range []string{"help", "-h", "--help"} {
+		var out, errb bytes.Buffer
+		if code := dispatch(context.Background(), []string{arg}, &out, &errb); code != 0 {
+			t.Fatalf("%s: code %d, %q", arg, code, errb.String())
+		}
+		for name := range subcommands {
+			if !strings.Contains(out.String(), "\n  "+name+" ") {
+				t.Errorf("%s does not list %q:\n%s", arg, name, out.String())
+			}
+		}
 	}
 }

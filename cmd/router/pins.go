@@ -29,6 +29,7 @@ const pinsUsage = `usage: prefixmesh-router pins [--addr host:port] [--json] [--
 Administers adapter pins through any router's Pins gRPC service (writes are forwarded to the
 Raft leader). Commands:
   list            [--linearizable]
+  members         (Raft servers, leader, and each server's last contact with the leader)
   put-adapter     --id N --name S [--base-model S] [--revision S] [--if-version V]
   delete-adapter  --id N [--if-version V]
   pin             --adapter N --nodes a,b,… [--if-version V]
@@ -68,7 +69,10 @@ func runPins(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer cc.Close()
-	p := &pinsCLI{client: pb.NewPinsClient(cc), json: *asJSON, timeout: *timeout, stdout: stdout, stderr: stderr}
+	p := &pinsCLI{client: pb.NewPinsClient(cc), json: *asJSON, timeout: *timeout, stdout: stdout, stderr: stderr,
+		dial: func(addr string) (*grpc.ClientConn, error) {
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		}}
 	return p.run(ctx, fs.Arg(0), fs.Args()[1:])
 }
 
@@ -100,6 +104,7 @@ func pinsCreds(ca, cert, key string) (credentials.TransportCredentials, error) {
 
 type pinsCLI struct {
 	client         pb.PinsClient
+	dial           func(addr string) (*grpc.ClientConn, error) // another member (members)
 	json           bool
 	timeout        time.Duration
 	stdout, stderr io.Writer
@@ -229,6 +234,8 @@ func (p *pinsCLI) call(ctx context.Context, cmd string, f *cmdFlags) error {
 			return err
 		}
 		return p.printList(resp)
+	case "members":
+		return p.members(ctx)
 	case "put-adapter":
 		if err := need(*f.id != 0 && *f.name != "", "--id and --name are required"); err != nil {
 			return err

@@ -160,3 +160,28 @@ func TestPinsCLI(t *testing.T) {
 		t.Fatalf("list after delete:\n%s", out)
 	}
 }
+
+func TestPinsMembers(t *testing.T) {
+	addr := startPinsServer(t)
+	code, out, errs := pinsCmd(t, addr, "members")
+	if code != 0 {
+		t.Fatalf("members exited %d: %s", code, errs)
+	}
+	for _, want := range []string{"answered by router-0 (Leader", "leader router-0", "router-0", "voter", "is leader"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("members output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = pinsCmd(t, addr, "--json", "members")
+	if code != 0 {
+		t.Fatalf("members --json exited %d: %s", code, errs)
+	}
+	var m membersJSON
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("members --json: %v\n%s", err, out)
+	}
+	if m.LeaderID != "router-0" || len(m.Servers) != 1 || !m.Servers[0].Voter || !m.Servers[0].Leader ||
+		m.Servers[0].LastContactSeconds == nil || *m.Servers[0].LastContactSeconds != 0 {
+		t.Fatalf("members --json = %+v", m)
+	}
+}

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/prefixmesh/prefixmesh/internal/addrfile"
+	"github.com/prefixmesh/prefixmesh/internal/connstats"
+	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/internal/shutdown"
 	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/local"
@@ -70,7 +72,11 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	grpcSrv := grpc.NewServer(append(cacheSrv.ServerOptions(), grpc.Creds(creds))...)
+	conns, err := connstats.New(reg) // issue 15: garbage connections counted, not logged
+	if err != nil {
+		return fmt.Errorf("connection metrics: %w", err)
+	}
+	grpcSrv := grpc.NewServer(append(cacheSrv.ServerOptions(), grpc.Creds(creds), grpc.StatsHandler(conns.StatsHandler()))...)
 	cacheSrv.Register(grpcSrv)
 	healthSrv := node.NewHealth(pb.NodeCache_ServiceDesc.ServiceName)
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
@@ -78,6 +84,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 
 	// 4. The HTTP server: /metrics, /healthz, and whatever the engine mounts.
 	var ready atomic.Bool
+	var gossipOK gossipHealth // issue 15: an isolated member is not serving
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -85,10 +92,17 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 			http.Error(w, "not serving", http.StatusServiceUnavailable)
 			return
 		}
+		if reason := gossipOK.notServing(); reason != "" {
+			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	errLog, err := ratelog.ErrorLog(logger, reg) // issue 15: counted, a few lines per interval
+	if err != nil {
+		return fmt.Errorf("http error log metrics: %w", err)
+	}
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, ErrorLog: errLog}
 
 	// 5. The engine. It outlives the HTTP drain (in-flight completions finish), so it gets its own
 	// context, cancelled only after the HTTP server has shut down.
@@ -130,9 +144,12 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	}
 
 	served := make(chan error, 2)
-	go func() { served <- serveErr("grpc", grpcSrv.Serve(grpcLis)) }()
+	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
 	go func() { served <- serveErr("http", httpSrv.Serve(httpLis)) }()
 	addrs := []string{"grpc=" + addrString(grpcLis.Addr()), "http=" + httpLis.Addr().String()}
+	if agent != nil {
+		addrs = append(addrs, "gossip="+agent.GossipAddr()) // with --gossip-listen port 0, peers need it
+	}
 	if cfg.AddrFile != "" {
 		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
 			logger.Error("write addr file", "err", err)
@@ -142,9 +159,12 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		"node_id", cfg.NodeID, "epoch", fmt.Sprintf("%016x", cacheSrv.Epoch()), "engine", cfg.Engine)
 
 	// The node's metadata is published by the gossip agent's Start above; routers pull its
-	// summary on their own, so the node is ready as soon as it listens.
+	// summary on their own, so the node is ready as soon as it listens and (with gossip) has
+	// joined; it reports NOT_SERVING again while it is isolated.
 	ready.Store(true)
-	healthSrv.SetServing(true, pb.NodeCache_ServiceDesc.ServiceName)
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	waitHealth := gossipOK.start(healthCtx, agent, healthSrv, logger.With("component", "gossip"))
 	logger.Info("serving")
 
 	var runErr error
@@ -159,6 +179,8 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 
 	// 7. Drain in reverse: stop advertising, let calls finish within the deadline, then cut; the
 	// engine goes last so that completions still being served can finish.
+	stopHealth()
+	waitHealth()
 	ready.Store(false)
 	if agent != nil { // leave the cluster first: routers stop choosing this node at once
 		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout)

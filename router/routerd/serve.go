@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/cluster/pins"
 	"github.com/prefixmesh/prefixmesh/internal/addrfile"
+	"github.com/prefixmesh/prefixmesh/internal/connstats"
 	"github.com/prefixmesh/prefixmesh/internal/shutdown"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
@@ -144,7 +146,12 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	grpcSrv := grpc.NewServer(grpc.Creds(tlsCfg.grpcServerCreds()), grpc.ChainStreamInterceptor(plane.streamGate))
+	conns, err := connstats.New(reg) // issue 15: garbage connections counted, not logged
+	if err != nil {
+		return err
+	}
+	grpcSrv := grpc.NewServer(grpc.Creds(tlsCfg.grpcServerCreds()), grpc.ChainStreamInterceptor(plane.streamGate),
+		grpc.StatsHandler(conns.StatsHandler()))
 	routeSrv.Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -158,7 +165,8 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 	var ready atomic.Bool
-	httpSrv := httpServer(ctx, fd, reg, &ready, logger)
+	var gossipOK gossipHealth
+	httpSrv := httpServer(ctx, fd, reg, &ready, gossipOK.notServing, logger)
 
 	// 6. Join, start the pin store once its bootstrap peers are known, serve.
 	if err := agent.Start(ctx); err != nil {
@@ -170,6 +178,14 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	served := make(chan error, 2)
 	go func() { served <- serveErr("http", serveHTTP(httpSrv, httpLis)) }()
 	undo = append(undo, func() { _ = httpSrv.Close(); <-served })
+	// Issue 15: health follows gossip from here on (a router stuck waiting for pin store peers
+	// says why on /healthz); SERVING once synced (step 7), and only while gossip is not isolated.
+	waitCtx, stopWait := context.WithCancel(ctx)
+	defer stopWait()
+	syncedCh := make(chan struct{})
+	var waiters sync.WaitGroup
+	waiters.Go(func() { gossipOK.follow(waitCtx, agent, syncedCh, healthSrv, &ready, logger) })
+	undo = append(undo, func() { stopWait(); waiters.Wait() })
 	raftAddr := plane.raftAddr
 	if raftAddr == "" {
 		raftAddr = "-"
@@ -191,24 +207,17 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	plane.register(grpcSrv, tokenize)
 	plane.start(ctx, agent)
-	go func() { served <- serveErr("grpc", grpcSrv.Serve(grpcLis)) }()
+	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
 	undo = nil // from here on, the drain below stops everything
 
-	// 7. SERVING once every node we know has been synced (and, with seeds, once we know someone).
-	waitCtx, stopWait := context.WithCancel(ctx)
-	defer stopWait()
-	waitDone := make(chan struct{})
-	go func() {
-		defer close(waitDone)
+	// 7. SERVING once every node we know has been synced (and, with seeds, once we know someone),
+	// NOT_SERVING whenever gossip is isolated afterwards.
+	waiters.Go(func() {
 		awaitSync(waitCtx, cfg, agent, logger)
-		if waitCtx.Err() != nil {
-			return
+		if waitCtx.Err() == nil {
+			close(syncedCh)
 		}
-		healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		healthSrv.SetServingStatus(pb.Router_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-		ready.Store(true)
-		logger.Info("serving", "nodes", len(agent.Mirror().Nodes()))
-	}()
+	})
 
 	var runErr error
 	pending := 2
@@ -222,7 +231,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 
 	// 8. Drain in reverse, all within DrainTimeout.
 	stopWait()
-	<-waitDone
+	waiters.Wait()
 	ready.Store(false)
 	healthSrv.Shutdown() // NOT_SERVING, and health Watch streams end
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/router"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
@@ -63,10 +64,15 @@ func (f *frontDoor) start(ctx context.Context) { f.Start(ctx) }
 
 // httpServer serves the router's HTTP listener: /metrics and /healthz (SERVING once the mirror
 // has synced, 503 while draining) are the router's, every other path is the front door's.
-func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, ready *atomic.Bool, logger *slog.Logger) *http.Server {
+// notServing (issue 15) names a reason to report 503 even when ready, such as isolated gossip.
+func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, ready *atomic.Bool, notServing func() string, logger *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if reason := notServing(); reason != "" {
+			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
+			return
+		}
 		if !ready.Load() {
 			http.Error(w, "not serving: mirror not synced, or draining", http.StatusServiceUnavailable)
 			return
@@ -74,6 +80,12 @@ func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, re
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/", fd.Server.Handler())
+	// Issue 15: failed TLS handshakes and bad requests are counted and logged a few per interval.
+	errLog, err := ratelog.ErrorLog(logger, reg)
+	if err != nil { // only a second registration on reg, which Run never does
+		logger.Error("http error log metrics", "err", err)
+		errLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	}
 	return &http.Server{
 		Handler:           mux,
 		TLSConfig:         fd.Server.TLSConfig(),
@@ -81,6 +93,6 @@ func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, re
 		IdleTimeout:       idleTimeout,
 		// Requests outlive ctx's cancellation (SIGTERM): the drain decides when they end.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:    errLog,
 	}
 }

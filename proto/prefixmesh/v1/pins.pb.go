@@ -97,7 +97,7 @@ func (x PinChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PinChange_Kind.Descriptor instead.
 func (PinChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{18, 0}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{21, 0}
 }
 
 type Adapter struct {
@@ -1106,6 +1106,220 @@ func (x *ListPinsResponse) GetServerId() string {
 	return ""
 }
 
+type PinsMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinsMembersRequest) Reset() {
+	*x = PinsMembersRequest{}
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinsMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinsMembersRequest) ProtoMessage() {}
+
+func (x *PinsMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinsMembersRequest.ProtoReflect.Descriptor instead.
+func (*PinsMembersRequest) Descriptor() ([]byte, []int) {
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{17}
+}
+
+type PinsRaftServer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	GrpcAddress   string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"` // empty when the answering member has not learnt it
+	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinsRaftServer) Reset() {
+	*x = PinsRaftServer{}
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinsRaftServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinsRaftServer) ProtoMessage() {}
+
+func (x *PinsRaftServer) ProtoReflect() protoreflect.Message {
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinsRaftServer.ProtoReflect.Descriptor instead.
+func (*PinsRaftServer) Descriptor() ([]byte, []int) {
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PinsRaftServer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PinsRaftServer) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *PinsRaftServer) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *PinsRaftServer) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *PinsRaftServer) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+type PinsMembersResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Servers  []*PinsRaftServer      `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`                   // by id
+	LeaderId string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"` // empty when the answering member knows no leader
+	ServerId string                 `protobuf:"bytes,3,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"` // the member that answered
+	State    string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`                       // its Raft state: Leader, Follower, Candidate, Shutdown
+	Term     uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	// Seconds since the answering member last heard from the leader: 0 on the leader, -1 when
+	// it never has.
+	LastContactSeconds float64 `protobuf:"fixed64,6,opt,name=last_contact_seconds,json=lastContactSeconds,proto3" json:"last_contact_seconds,omitempty"`
+	StalenessSeconds   float64 `protobuf:"fixed64,7,opt,name=staleness_seconds,json=stalenessSeconds,proto3" json:"staleness_seconds,omitempty"` // the bound on its local reads (see ListPinsResponse)
+	AppliedIndex       uint64  `protobuf:"varint,8,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PinsMembersResponse) Reset() {
+	*x = PinsMembersResponse{}
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinsMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinsMembersResponse) ProtoMessage() {}
+
+func (x *PinsMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinsMembersResponse.ProtoReflect.Descriptor instead.
+func (*PinsMembersResponse) Descriptor() ([]byte, []int) {
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PinsMembersResponse) GetServers() []*PinsRaftServer {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *PinsMembersResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *PinsMembersResponse) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *PinsMembersResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PinsMembersResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *PinsMembersResponse) GetLastContactSeconds() float64 {
+	if x != nil {
+		return x.LastContactSeconds
+	}
+	return 0
+}
+
+func (x *PinsMembersResponse) GetStalenessSeconds() float64 {
+	if x != nil {
+		return x.StalenessSeconds
+	}
+	return 0
+}
+
+func (x *PinsMembersResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 type WatchPinsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1114,7 +1328,7 @@ type WatchPinsRequest struct {
 
 func (x *WatchPinsRequest) Reset() {
 	*x = WatchPinsRequest{}
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[17]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1340,7 @@ func (x *WatchPinsRequest) String() string {
 func (*WatchPinsRequest) ProtoMessage() {}
 
 func (x *WatchPinsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[17]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1353,7 @@ func (x *WatchPinsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPinsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPinsRequest) Descriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{17}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{20}
 }
 
 type PinChange struct {
@@ -1155,7 +1369,7 @@ type PinChange struct {
 
 func (x *PinChange) Reset() {
 	*x = PinChange{}
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[18]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1381,7 @@ func (x *PinChange) String() string {
 func (*PinChange) ProtoMessage() {}
 
 func (x *PinChange) ProtoReflect() protoreflect.Message {
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[18]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1394,7 @@ func (x *PinChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinChange.ProtoReflect.Descriptor instead.
 func (*PinChange) Descriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{18}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PinChange) GetKind() PinChange_Kind {
@@ -1230,7 +1444,7 @@ type PinsWatchEvent struct {
 
 func (x *PinsWatchEvent) Reset() {
 	*x = PinsWatchEvent{}
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[19]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1456,7 @@ func (x *PinsWatchEvent) String() string {
 func (*PinsWatchEvent) ProtoMessage() {}
 
 func (x *PinsWatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[19]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1469,7 @@ func (x *PinsWatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinsWatchEvent.ProtoReflect.Descriptor instead.
 func (*PinsWatchEvent) Descriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{19}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PinsWatchEvent) GetReset_() bool {
@@ -1295,7 +1509,7 @@ type PinsProposeRequest struct {
 
 func (x *PinsProposeRequest) Reset() {
 	*x = PinsProposeRequest{}
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[20]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1521,7 @@ func (x *PinsProposeRequest) String() string {
 func (*PinsProposeRequest) ProtoMessage() {}
 
 func (x *PinsProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[20]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1534,7 @@ func (x *PinsProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinsProposeRequest.ProtoReflect.Descriptor instead.
 func (*PinsProposeRequest) Descriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{20}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PinsProposeRequest) GetCommand() []byte {
@@ -1339,7 +1553,7 @@ type PinsProposeResponse struct {
 
 func (x *PinsProposeResponse) Reset() {
 	*x = PinsProposeResponse{}
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[21]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1565,7 @@ func (x *PinsProposeResponse) String() string {
 func (*PinsProposeResponse) ProtoMessage() {}
 
 func (x *PinsProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[21]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1578,7 @@ func (x *PinsProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinsProposeResponse.ProtoReflect.Descriptor instead.
 func (*PinsProposeResponse) Descriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{21}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PinsProposeResponse) GetResult() []byte {
@@ -1382,7 +1596,7 @@ type PinsReadIndexRequest struct {
 
 func (x *PinsReadIndexRequest) Reset() {
 	*x = PinsReadIndexRequest{}
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[22]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1608,7 @@ func (x *PinsReadIndexRequest) String() string {
 func (*PinsReadIndexRequest) ProtoMessage() {}
 
 func (x *PinsReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[22]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1621,7 @@ func (x *PinsReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinsReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*PinsReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{22}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{25}
 }
 
 type PinsReadIndexResponse struct {
@@ -1419,7 +1633,7 @@ type PinsReadIndexResponse struct {
 
 func (x *PinsReadIndexResponse) Reset() {
 	*x = PinsReadIndexResponse{}
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[23]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1645,7 @@ func (x *PinsReadIndexResponse) String() string {
 func (*PinsReadIndexResponse) ProtoMessage() {}
 
 func (x *PinsReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_prefixmesh_v1_pins_proto_msgTypes[23]
+	mi := &file_prefixmesh_v1_pins_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1658,7 @@ func (x *PinsReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinsReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*PinsReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{23}
+	return file_prefixmesh_v1_pins_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PinsReadIndexResponse) GetIndex() uint64 {
@@ -1541,7 +1755,23 @@ const file_prefixmesh_v1_pins_proto_rawDesc = "" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12+\n" +
 	"\x11staleness_seconds\x18\x05 \x01(\x01R\x10stalenessSeconds\x12\x1b\n" +
 	"\tleader_id\x18\x06 \x01(\tR\bleaderId\x12\x1b\n" +
-	"\tserver_id\x18\a \x01(\tR\bserverId\"\x12\n" +
+	"\tserver_id\x18\a \x01(\tR\bserverId\"\x14\n" +
+	"\x12PinsMembersRequest\"\x94\x01\n" +
+	"\x0ePinsRaftServer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
+	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xb6\x02\n" +
+	"\x13PinsMembersResponse\x127\n" +
+	"\aservers\x18\x01 \x03(\v2\x1d.prefixmesh.v1.PinsRaftServerR\aservers\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1b\n" +
+	"\tserver_id\x18\x03 \x01(\tR\bserverId\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x120\n" +
+	"\x14last_contact_seconds\x18\x06 \x01(\x01R\x12lastContactSeconds\x12+\n" +
+	"\x11staleness_seconds\x18\a \x01(\x01R\x10stalenessSeconds\x12#\n" +
+	"\rapplied_index\x18\b \x01(\x04R\fappliedIndex\"\x12\n" +
 	"\x10WatchPinsRequest\"\xf6\x02\n" +
 	"\tPinChange\x121\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1d.prefixmesh.v1.PinChange.KindR\x04kind\x12\x14\n" +
@@ -1570,7 +1800,7 @@ const file_prefixmesh_v1_pins_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\fR\x06result\"\x16\n" +
 	"\x14PinsReadIndexRequest\"-\n" +
 	"\x15PinsReadIndexResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index2\xa7\x05\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index2\xf9\x05\n" +
 	"\x04Pins\x12Q\n" +
 	"\n" +
 	"PutAdapter\x12 .prefixmesh.v1.PutAdapterRequest\x1a!.prefixmesh.v1.PutAdapterResponse\x12Z\n" +
@@ -1581,7 +1811,8 @@ const file_prefixmesh_v1_pins_proto_rawDesc = "" +
 	"\tPinPrefix\x12\".prefixmesh.v1.SetPrefixPinRequest\x1a#.prefixmesh.v1.SetPrefixPinResponse\x12Z\n" +
 	"\vUnpinPrefix\x12$.prefixmesh.v1.ClearPrefixPinRequest\x1a%.prefixmesh.v1.ClearPrefixPinResponse\x12G\n" +
 	"\x04List\x12\x1e.prefixmesh.v1.ListPinsRequest\x1a\x1f.prefixmesh.v1.ListPinsResponse\x12I\n" +
-	"\x05Watch\x12\x1f.prefixmesh.v1.WatchPinsRequest\x1a\x1d.prefixmesh.v1.PinsWatchEvent0\x012\xb4\x01\n" +
+	"\x05Watch\x12\x1f.prefixmesh.v1.WatchPinsRequest\x1a\x1d.prefixmesh.v1.PinsWatchEvent0\x01\x12P\n" +
+	"\aMembers\x12!.prefixmesh.v1.PinsMembersRequest\x1a\".prefixmesh.v1.PinsMembersResponse2\xb4\x01\n" +
 	"\bPinsPeer\x12P\n" +
 	"\aPropose\x12!.prefixmesh.v1.PinsProposeRequest\x1a\".prefixmesh.v1.PinsProposeResponse\x12V\n" +
 	"\tReadIndex\x12#.prefixmesh.v1.PinsReadIndexRequest\x1a$.prefixmesh.v1.PinsReadIndexResponseBCZAgithub.com/prefixmesh/prefixmesh/proto/prefixmesh/v1;prefixmeshv1b\x06proto3"
@@ -1599,7 +1830,7 @@ func file_prefixmesh_v1_pins_proto_rawDescGZIP() []byte {
 }
 
 var file_prefixmesh_v1_pins_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_prefixmesh_v1_pins_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_prefixmesh_v1_pins_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_prefixmesh_v1_pins_proto_goTypes = []any{
 	(PinChange_Kind)(0),            // 0: prefixmesh.v1.PinChange.Kind
 	(*Adapter)(nil),                // 1: prefixmesh.v1.Adapter
@@ -1619,13 +1850,16 @@ var file_prefixmesh_v1_pins_proto_goTypes = []any{
 	(*ClearPrefixPinResponse)(nil), // 15: prefixmesh.v1.ClearPrefixPinResponse
 	(*ListPinsRequest)(nil),        // 16: prefixmesh.v1.ListPinsRequest
 	(*ListPinsResponse)(nil),       // 17: prefixmesh.v1.ListPinsResponse
-	(*WatchPinsRequest)(nil),       // 18: prefixmesh.v1.WatchPinsRequest
-	(*PinChange)(nil),              // 19: prefixmesh.v1.PinChange
-	(*PinsWatchEvent)(nil),         // 20: prefixmesh.v1.PinsWatchEvent
-	(*PinsProposeRequest)(nil),     // 21: prefixmesh.v1.PinsProposeRequest
-	(*PinsProposeResponse)(nil),    // 22: prefixmesh.v1.PinsProposeResponse
-	(*PinsReadIndexRequest)(nil),   // 23: prefixmesh.v1.PinsReadIndexRequest
-	(*PinsReadIndexResponse)(nil),  // 24: prefixmesh.v1.PinsReadIndexResponse
+	(*PinsMembersRequest)(nil),     // 18: prefixmesh.v1.PinsMembersRequest
+	(*PinsRaftServer)(nil),         // 19: prefixmesh.v1.PinsRaftServer
+	(*PinsMembersResponse)(nil),    // 20: prefixmesh.v1.PinsMembersResponse
+	(*WatchPinsRequest)(nil),       // 21: prefixmesh.v1.WatchPinsRequest
+	(*PinChange)(nil),              // 22: prefixmesh.v1.PinChange
+	(*PinsWatchEvent)(nil),         // 23: prefixmesh.v1.PinsWatchEvent
+	(*PinsProposeRequest)(nil),     // 24: prefixmesh.v1.PinsProposeRequest
+	(*PinsProposeResponse)(nil),    // 25: prefixmesh.v1.PinsProposeResponse
+	(*PinsReadIndexRequest)(nil),   // 26: prefixmesh.v1.PinsReadIndexRequest
+	(*PinsReadIndexResponse)(nil),  // 27: prefixmesh.v1.PinsReadIndexResponse
 }
 var file_prefixmesh_v1_pins_proto_depIdxs = []int32{
 	1,  // 0: prefixmesh.v1.PutAdapterRequest.adapter:type_name -> prefixmesh.v1.Adapter
@@ -1635,37 +1869,40 @@ var file_prefixmesh_v1_pins_proto_depIdxs = []int32{
 	1,  // 4: prefixmesh.v1.ListPinsResponse.adapters:type_name -> prefixmesh.v1.Adapter
 	2,  // 5: prefixmesh.v1.ListPinsResponse.pins:type_name -> prefixmesh.v1.AdapterPin
 	3,  // 6: prefixmesh.v1.ListPinsResponse.prefix_pins:type_name -> prefixmesh.v1.PrefixPin
-	0,  // 7: prefixmesh.v1.PinChange.kind:type_name -> prefixmesh.v1.PinChange.Kind
-	1,  // 8: prefixmesh.v1.PinChange.adapter:type_name -> prefixmesh.v1.Adapter
-	2,  // 9: prefixmesh.v1.PinChange.pin:type_name -> prefixmesh.v1.AdapterPin
-	3,  // 10: prefixmesh.v1.PinChange.prefix_pin:type_name -> prefixmesh.v1.PrefixPin
-	17, // 11: prefixmesh.v1.PinsWatchEvent.state:type_name -> prefixmesh.v1.ListPinsResponse
-	19, // 12: prefixmesh.v1.PinsWatchEvent.changes:type_name -> prefixmesh.v1.PinChange
-	4,  // 13: prefixmesh.v1.Pins.PutAdapter:input_type -> prefixmesh.v1.PutAdapterRequest
-	6,  // 14: prefixmesh.v1.Pins.DeleteAdapter:input_type -> prefixmesh.v1.DeleteAdapterRequest
-	8,  // 15: prefixmesh.v1.Pins.PinAdapter:input_type -> prefixmesh.v1.PinAdapterRequest
-	10, // 16: prefixmesh.v1.Pins.UnpinAdapter:input_type -> prefixmesh.v1.UnpinAdapterRequest
-	12, // 17: prefixmesh.v1.Pins.PinPrefix:input_type -> prefixmesh.v1.SetPrefixPinRequest
-	14, // 18: prefixmesh.v1.Pins.UnpinPrefix:input_type -> prefixmesh.v1.ClearPrefixPinRequest
-	16, // 19: prefixmesh.v1.Pins.List:input_type -> prefixmesh.v1.ListPinsRequest
-	18, // 20: prefixmesh.v1.Pins.Watch:input_type -> prefixmesh.v1.WatchPinsRequest
-	21, // 21: prefixmesh.v1.PinsPeer.Propose:input_type -> prefixmesh.v1.PinsProposeRequest
-	23, // 22: prefixmesh.v1.PinsPeer.ReadIndex:input_type -> prefixmesh.v1.PinsReadIndexRequest
-	5,  // 23: prefixmesh.v1.Pins.PutAdapter:output_type -> prefixmesh.v1.PutAdapterResponse
-	7,  // 24: prefixmesh.v1.Pins.DeleteAdapter:output_type -> prefixmesh.v1.DeleteAdapterResponse
-	9,  // 25: prefixmesh.v1.Pins.PinAdapter:output_type -> prefixmesh.v1.PinAdapterResponse
-	11, // 26: prefixmesh.v1.Pins.UnpinAdapter:output_type -> prefixmesh.v1.UnpinAdapterResponse
-	13, // 27: prefixmesh.v1.Pins.PinPrefix:output_type -> prefixmesh.v1.SetPrefixPinResponse
-	15, // 28: prefixmesh.v1.Pins.UnpinPrefix:output_type -> prefixmesh.v1.ClearPrefixPinResponse
-	17, // 29: prefixmesh.v1.Pins.List:output_type -> prefixmesh.v1.ListPinsResponse
-	20, // 30: prefixmesh.v1.Pins.Watch:output_type -> prefixmesh.v1.PinsWatchEvent
-	22, // 31: prefixmesh.v1.PinsPeer.Propose:output_type -> prefixmesh.v1.PinsProposeResponse
-	24, // 32: prefixmesh.v1.PinsPeer.ReadIndex:output_type -> prefixmesh.v1.PinsReadIndexResponse
-	23, // [23:33] is the sub-list for method output_type
-	13, // [13:23] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 7: prefixmesh.v1.PinsMembersResponse.servers:type_name -> prefixmesh.v1.PinsRaftServer
+	0,  // 8: prefixmesh.v1.PinChange.kind:type_name -> prefixmesh.v1.PinChange.Kind
+	1,  // 9: prefixmesh.v1.PinChange.adapter:type_name -> prefixmesh.v1.Adapter
+	2,  // 10: prefixmesh.v1.PinChange.pin:type_name -> prefixmesh.v1.AdapterPin
+	3,  // 11: prefixmesh.v1.PinChange.prefix_pin:type_name -> prefixmesh.v1.PrefixPin
+	17, // 12: prefixmesh.v1.PinsWatchEvent.state:type_name -> prefixmesh.v1.ListPinsResponse
+	22, // 13: prefixmesh.v1.PinsWatchEvent.changes:type_name -> prefixmesh.v1.PinChange
+	4,  // 14: prefixmesh.v1.Pins.PutAdapter:input_type -> prefixmesh.v1.PutAdapterRequest
+	6,  // 15: prefixmesh.v1.Pins.DeleteAdapter:input_type -> prefixmesh.v1.DeleteAdapterRequest
+	8,  // 16: prefixmesh.v1.Pins.PinAdapter:input_type -> prefixmesh.v1.PinAdapterRequest
+	10, // 17: prefixmesh.v1.Pins.UnpinAdapter:input_type -> prefixmesh.v1.UnpinAdapterRequest
+	12, // 18: prefixmesh.v1.Pins.PinPrefix:input_type -> prefixmesh.v1.SetPrefixPinRequest
+	14, // 19: prefixmesh.v1.Pins.UnpinPrefix:input_type -> prefixmesh.v1.ClearPrefixPinRequest
+	16, // 20: prefixmesh.v1.Pins.List:input_type -> prefixmesh.v1.ListPinsRequest
+	21, // 21: prefixmesh.v1.Pins.Watch:input_type -> prefixmesh.v1.WatchPinsRequest
+	18, // 22: prefixmesh.v1.Pins.Members:input_type -> prefixmesh.v1.PinsMembersRequest
+	24, // 23: prefixmesh.v1.PinsPeer.Propose:input_type -> prefixmesh.v1.PinsProposeRequest
+	26, // 24: prefixmesh.v1.PinsPeer.ReadIndex:input_type -> prefixmesh.v1.PinsReadIndexRequest
+	5,  // 25: prefixmesh.v1.Pins.PutAdapter:output_type -> prefixmesh.v1.PutAdapterResponse
+	7,  // 26: prefixmesh.v1.Pins.DeleteAdapter:output_type -> prefixmesh.v1.DeleteAdapterResponse
+	9,  // 27: prefixmesh.v1.Pins.PinAdapter:output_type -> prefixmesh.v1.PinAdapterResponse
+	11, // 28: prefixmesh.v1.Pins.UnpinAdapter:output_type -> prefixmesh.v1.UnpinAdapterResponse
+	13, // 29: prefixmesh.v1.Pins.PinPrefix:output_type -> prefixmesh.v1.SetPrefixPinResponse
+	15, // 30: prefixmesh.v1.Pins.UnpinPrefix:output_type -> prefixmesh.v1.ClearPrefixPinResponse
+	17, // 31: prefixmesh.v1.Pins.List:output_type -> prefixmesh.v1.ListPinsResponse
+	23, // 32: prefixmesh.v1.Pins.Watch:output_type -> prefixmesh.v1.PinsWatchEvent
+	20, // 33: prefixmesh.v1.Pins.Members:output_type -> prefixmesh.v1.PinsMembersResponse
+	25, // 34: prefixmesh.v1.PinsPeer.Propose:output_type -> prefixmesh.v1.PinsProposeResponse
+	27, // 35: prefixmesh.v1.PinsPeer.ReadIndex:output_type -> prefixmesh.v1.PinsReadIndexResponse
+	25, // [25:36] is the sub-list for method output_type
+	14, // [14:25] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_prefixmesh_v1_pins_proto_init() }
@@ -1685,7 +1922,7 @@ func file_prefixmesh_v1_pins_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_prefixmesh_v1_pins_proto_rawDesc), len(file_prefixmesh_v1_pins_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -45,6 +45,7 @@ const (
 	Pins_UnpinPrefix_FullMethodName   = "/prefixmesh.v1.Pins/UnpinPrefix"
 	Pins_List_FullMethodName          = "/prefixmesh.v1.Pins/List"
 	Pins_Watch_FullMethodName         = "/prefixmesh.v1.Pins/Watch"
+	Pins_Members_FullMethodName       = "/prefixmesh.v1.Pins/Members"
 )
 
 // PinsClient is the client API for Pins service.
@@ -71,6 +72,10 @@ type PinsClient interface {
 	// Watch streams the current table, then every change in log order. A member that lost the
 	// changes in between (a snapshot restore, a slow stream) sends a fresh full table (reset=true).
 	Watch(ctx context.Context, in *WatchPinsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PinsWatchEvent], error)
+	// Members returns the Raft configuration as the answering member knows it: every server with
+	// its addresses and suffrage, the leader, and when this member last heard from the leader.
+	// Local: it answers without quorum.
+	Members(ctx context.Context, in *PinsMembersRequest, opts ...grpc.CallOption) (*PinsMembersResponse, error)
 }
 
 type pinsClient struct {
@@ -170,6 +175,16 @@ func (c *pinsClient) Watch(ctx context.Context, in *WatchPinsRequest, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Pins_WatchClient = grpc.ServerStreamingClient[PinsWatchEvent]
 
+func (c *pinsClient) Members(ctx context.Context, in *PinsMembersRequest, opts ...grpc.CallOption) (*PinsMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PinsMembersResponse)
+	err := c.cc.Invoke(ctx, Pins_Members_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PinsServer is the server API for Pins service.
 // All implementations must embed UnimplementedPinsServer
 // for forward compatibility.
@@ -194,6 +209,10 @@ type PinsServer interface {
 	// Watch streams the current table, then every change in log order. A member that lost the
 	// changes in between (a snapshot restore, a slow stream) sends a fresh full table (reset=true).
 	Watch(*WatchPinsRequest, grpc.ServerStreamingServer[PinsWatchEvent]) error
+	// Members returns the Raft configuration as the answering member knows it: every server with
+	// its addresses and suffrage, the leader, and when this member last heard from the leader.
+	// Local: it answers without quorum.
+	Members(context.Context, *PinsMembersRequest) (*PinsMembersResponse, error)
 	mustEmbedUnimplementedPinsServer()
 }
 
@@ -227,6 +246,9 @@ func (UnimplementedPinsServer) List(context.Context, *ListPinsRequest) (*ListPin
 }
 func (UnimplementedPinsServer) Watch(*WatchPinsRequest, grpc.ServerStreamingServer[PinsWatchEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedPinsServer) Members(context.Context, *PinsMembersRequest) (*PinsMembersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Members not implemented")
 }
 func (UnimplementedPinsServer) mustEmbedUnimplementedPinsServer() {}
 func (UnimplementedPinsServer) testEmbeddedByValue()              {}
@@ -386,6 +408,24 @@ func _Pins_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Pins_WatchServer = grpc.ServerStreamingServer[PinsWatchEvent]
 
+func _Pins_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PinsMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PinsServer).Members(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Pins_Members_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PinsServer).Members(ctx, req.(*PinsMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Pins_ServiceDesc is the grpc.ServiceDesc for Pins service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -420,6 +460,10 @@ var Pins_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "List",
 			Handler:    _Pins_List_Handler,
+		},
+		{
+			MethodName: "Members",
+			Handler:    _Pins_Members_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
