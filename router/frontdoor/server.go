@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
+	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
@@ -210,6 +211,9 @@ func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 // Start serves the front door on ln (HTTPS when Config.TLS is set) until Shutdown. It does not
 // block.
 func (s *Server) Start(ctx context.Context, ln net.Listener) {
+	// Lines about connections net/http could not serve are outsiders' doing: a few per interval
+	// (the daemons serve this handler from their own server, which also counts them).
+	errLog, _ := ratelog.ErrorLog(s.log, nil) // nil registry: nothing to register, no error
 	srv := &http.Server{
 		Handler: s.handler,
 		// ReadHeaderTimeout bounds slow-loris clients; bodies are bounded by MaxBodyBytes and the
@@ -217,7 +221,7 @@ func (s *Server) Start(ctx context.Context, ln net.Listener) {
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         s.cfg.TLS,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          errLog,
 	}
 	s.mu.Lock()
 	s.httpSrv = srv
