@@ -1,0 +1,142 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// goldenModels are the model files the goldens cover (scripts/fetch-tokenizers.sh).
+var goldenModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2"}
+
+// modelDir returns the directory holding a model's tokenizer files, skipping the test when
+// they were not fetched, except in CI (CI=true), where their absence is a failure.
+func modelDir(tb testing.TB, model string) string {
+	tb.Helper()
+	root := os.Getenv("PREFIXMESH_TOKENIZERS")
+	if root == "" {
+		_, file, _, _ := runtime.Caller(0)
+		root = filepath.Join(filepath.Dir(file), "..", ".cache", "tokenizers")
+	}
+	dir := filepath.Join(root, model)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("tokenizer files for %s are missing in CI (%v): scripts/test.sh runs scripts/fetch-tokenizers.sh", model, err)
+		}
+		tb.Skipf("tokenizer files for %s not fetched (%v): run scripts/fetch-tokenizers.sh", model, err)
+	}
+	return dir
+}
+
+var loaded sync.Map // model → *Tokenizer
+
+func loadModel(tb testing.TB, model string) *Tokenizer {
+	tb.Helper()
+	dir := modelDir(tb, model)
+	if t, ok := loaded.Load(model); ok {
+		return t.(*Tokenizer)
+	}
+	t, err := LoadDir(dir)
+	if err != nil {
+		tb.Fatalf("load %s: %v", model, err)
+	}
+	loaded.Store(model, t)
+	return t
+}
+
+type goldenCase struct {
+	Text       string   `json:"text"`
+	IDs        []uint32 `json:"ids"`
+	IDsSpecial []uint32 `json:"ids_special"`
+	Decoded    string   `json:"decoded"`
+}
+
+func readGolden(tb testing.TB, model string) []goldenCase {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "golden", model+".json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var g struct {
+		Cases []goldenCase `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		tb.Fatal(err)
+	}
+	return g.Cases
+}
+
+// firstDiff is the first index where a and b differ (len of the shorter if one is a prefix).
+func firstDiff(a, b []uint32) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	if i == len(a) && i == len(b) {
+		return -1
+	}
+	return i
+}
+
+func TestGoldenEncode(t *testing.T) {
+	for _, m := range goldenModels {
+		t.Run(m, func(t *testing.T) {
+			tk := loadModel(t, m)
+			bad := 0
+			for i, c := range readGolden(t, m) {
+				for _, special := range []bool{false, true} {
+					want := c.IDs
+					if special {
+						want = c.IDsSpecial
+					}
+					got := tk.Encode(c.Text, special)
+					if d := firstDiff(got, want); d >= 0 {
+						bad++
+						if bad <= 10 {
+							t.Errorf("case %d %q (add_special=%v): first difference at id %d: got %v want %v",
+								i, trunc(c.Text), special, d, window(got, d), window(want, d))
+						}
+					}
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%d encodings differ", bad)
+			}
+		})
+	}
+}
+
+func TestGoldenDecode(t *testing.T) {
+	for _, m := range goldenModels {
+		t.Run(m, func(t *testing.T) {
+			tk := loadModel(t, m)
+			bad := 0
+			for i, c := range readGolden(t, m) {
+				if got := tk.Decode(c.IDs, false); got != c.Decoded {
+					bad++
+					if bad <= 5 {
+						t.Errorf("case %d: decode got %q want %q", i, trunc(got), trunc(c.Decoded))
+					}
+				}
+			}
+		})
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+func window(ids []uint32, at int) []uint32 {
+	lo, hi := max(0, at-3), min(len(ids), at+5)
+	if lo > hi {
+		return nil
+	}
+	return ids[lo:hi]
+}
