@@ -10,6 +10,7 @@ import fs from 'fs';
 import os from 'os';
 import path from 'path';
 import { corpus } from './corpus.mjs';
+import { effective } from './effective.mjs';
 const require = createRequire(path.resolve('.cache/tokenizers/node_modules/x.js'));
 const { Tokenizer } = require('tokenizers');
 
@@ -17,21 +18,6 @@ const models = (process.argv[2] || 'llama3,llama3_1,qwen3,deepseek_v3,llama2').s
 const cacheDir = '.cache/tokenizers';
 const outDir = 'tokenizer/testdata/golden';
 fs.mkdirSync(outDir, { recursive: true });
-
-function tokStr(v) { return v == null ? '' : (typeof v === 'string' ? v : v.content); }
-
-function effective(tj, cfg) {
-  if (!('add_bos_token' in cfg) && !('add_eos_token' in cfg)) return tj;
-  const vocab = tj.model.vocab;
-  const idOf = (t) => { const a = tj.added_tokens.find((x) => x.content === t); return a ? a.id : vocab[t]; };
-  const single = [], specials = {};
-  const bos = tokStr(cfg.bos_token), eos = tokStr(cfg.eos_token);
-  if (cfg.add_bos_token) { single.push({ SpecialToken: { id: bos, type_id: 0 } }); specials[bos] = { id: bos, ids: [idOf(bos)], tokens: [bos] }; }
-  single.push({ Sequence: { id: 'A', type_id: 0 } });
-  if (cfg.add_eos_token) { single.push({ SpecialToken: { id: eos, type_id: 0 } }); specials[eos] = { id: eos, ids: [idOf(eos)], tokens: [eos] }; }
-  const pair = [...single, { Sequence: { id: 'B', type_id: 1 } }];
-  return { ...tj, post_processor: { type: 'TemplateProcessing', single, pair, special_tokens: specials } };
-}
 
 const texts = corpus();
 for (const m of models) {
