@@ -116,11 +116,12 @@ type metaspaceDec struct {
 
 func (d metaspaceDec) decodeChain(toks []string) []string {
 	for i, t := range toks {
-		t = strings.ReplaceAll(t, d.repl, " ")
 		if i == 0 && d.prepend {
-			t = strings.TrimPrefix(t, " ")
+			// HF drops every replacement character of the first token, not just a leading one.
+			toks[i] = strings.ReplaceAll(t, d.repl, "")
+			continue
 		}
-		toks[i] = t
+		toks[i] = strings.ReplaceAll(t, d.repl, " ")
 	}
 	return toks
 }

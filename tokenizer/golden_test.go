@@ -5,12 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
 
 // goldenModels are the model files the goldens cover (scripts/fetch-tokenizers.sh).
-var goldenModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2"}
+var goldenModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2", "llama2_ms_first", "llama2_ms_always"}
 
 // modelDir returns the directory holding a model's tokenizer files, skipping the test when
 // they were not fetched, except in CI (CI=true), where their absence is a failure.
@@ -35,16 +36,58 @@ var loaded sync.Map // model → *Tokenizer
 
 func loadModel(tb testing.TB, model string) *Tokenizer {
 	tb.Helper()
-	dir := modelDir(tb, model)
+	base, variant, _ := strings.Cut(model, "_ms_")
+	if variant == "" {
+		base = model
+	}
+	dir := modelDir(tb, base)
 	if t, ok := loaded.Load(model); ok {
 		return t.(*Tokenizer)
 	}
-	t, err := LoadDir(dir)
+	var t *Tokenizer
+	var err error
+	if variant == "" {
+		t, err = LoadDir(dir)
+	} else {
+		t, err = loadMetaspaceVariant(dir, variant)
+	}
 	if err != nil {
 		tb.Fatalf("load %s: %v", model, err)
 	}
 	loaded.Store(model, t)
 	return t
+}
+
+// loadMetaspaceVariant makes gen.mjs's rewrite of the llama2 file: no normalizer, a Metaspace
+// pre-tokenizer (and decoder for "always").
+func loadMetaspaceVariant(dir, variant string) (*Tokenizer, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	var tj map[string]any
+	if err := json.Unmarshal(b, &tj); err != nil {
+		return nil, err
+	}
+	scheme, split := "first", false
+	if variant == "always" {
+		scheme, split = "always", true
+	}
+	ms := map[string]any{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+	tj["normalizer"] = nil
+	tj["pre_tokenizer"] = ms
+	if variant == "always" {
+		tj["decoder"] = ms
+	}
+	nb, err := json.Marshal(tj)
+	if err != nil {
+		return nil, err
+	}
+	cb, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		return nil, err
+	}
+	return Load(nb, cb)
 }
 
 type goldenCase struct {

