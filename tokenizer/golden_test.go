@@ -11,7 +11,7 @@ import (
 )
 
 // goldenModels are the model files the goldens cover (scripts/fetch-tokenizers.sh).
-var goldenModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2", "llama2_ms_first", "llama2_ms_always"}
+var goldenModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2", "llama2_ms_first", "llama2_ms_always", "qwen3_flags"}
 
 // modelDir returns the directory holding a model's tokenizer files, skipping the test when
 // they were not fetched, except in CI (CI=true), where their absence is a failure.
@@ -38,7 +38,10 @@ func loadModel(tb testing.TB, model string) *Tokenizer {
 	tb.Helper()
 	base, variant, _ := strings.Cut(model, "_ms_")
 	if variant == "" {
-		base = model
+		base, variant, _ = strings.Cut(model, "_flags")
+		if variant = ""; base != model {
+			variant = "flags"
+		}
 	}
 	dir := modelDir(tb, base)
 	if t, ok := loaded.Load(model); ok {
@@ -48,6 +51,8 @@ func loadModel(tb testing.TB, model string) *Tokenizer {
 	var err error
 	if variant == "" {
 		t, err = LoadDir(dir)
+	} else if variant == "flags" {
+		t, err = loadFlagsVariant(dir)
 	} else {
 		t, err = loadMetaspaceVariant(dir, variant)
 	}
@@ -78,6 +83,37 @@ func loadMetaspaceVariant(dir, variant string) (*Tokenizer, error) {
 	tj["pre_tokenizer"] = ms
 	if variant == "always" {
 		tj["decoder"] = ms
+	}
+	nb, err := json.Marshal(tj)
+	if err != nil {
+		return nil, err
+	}
+	cb, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		return nil, err
+	}
+	return Load(nb, cb)
+}
+
+// loadFlagsVariant makes gen.mjs's flagsVariant rewrite of the qwen3 file.
+func loadFlagsVariant(dir string) (*Tokenizer, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	var tj map[string]any
+	if err := json.Unmarshal(b, &tj); err != nil {
+		return nil, err
+	}
+	edits := map[string]map[string]bool{
+		"<think>": {"lstrip": true, "rstrip": true}, "</think>": {"single_word": true}, "<tool_call>": {"normalized": true},
+		"<|im_end|>": {"rstrip": true}, "<|im_start|>": {"lstrip": true},
+	}
+	for _, a := range tj["added_tokens"].([]any) {
+		at := a.(map[string]any)
+		for k, v := range edits[at["content"].(string)] {
+			at[k] = v
+		}
 	}
 	nb, err := json.Marshal(tj)
 	if err != nil {

@@ -18,6 +18,8 @@ const fixed = [
   "{\"key\": [1, 2, {\"n\": null}], \"t\": true}", "<html><body><p class=\"x\">hi</p></body></html>",
   "SELECT * FROM t WHERE a = 'b';", "$$\\int_0^1 x^2 dx = \\frac{1}{3}$$", "../../etc/passwd", "C:\\Users\\x",
   "Straße STRASSE", "İstanbul ıi", "ΑΒΓ αβγ ς σ", "Кириллица текст", "mixed中文English日本語한국어",
+  "word<think>word", "a  <think>  b", "\n <think> \n x", "x</think>y", "x </think> y", "</think>", "é</think>",
+  "<tool_call><tool_call>", "  <|im_start|>  <|im_end|>  \n", "<|im_end|>\n\n<|im_start|>", "<s> </s>  <s>",
   "\u0000nul\u0001ctl\u007fdel", "\ufeffbom", "\ufffdreplacement", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛", "a\u0300\u0301\u0302\u0303 stacked",
 ];
 

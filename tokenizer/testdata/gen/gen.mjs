@@ -14,7 +14,7 @@ import { effective } from './effective.mjs';
 const require = createRequire(path.resolve('.cache/tokenizers/node_modules/x.js'));
 const { Tokenizer } = require('tokenizers');
 
-const models = (process.argv[2] || 'llama3,llama3_1,qwen3,deepseek_v3,llama2,llama2_ms_first,llama2_ms_always').split(',');
+const models = (process.argv[2] || 'llama3,llama3_1,qwen3,deepseek_v3,llama2,llama2_ms_first,llama2_ms_always,qwen3_flags').split(',');
 const cacheDir = '.cache/tokenizers';
 const outDir = 'tokenizer/testdata/golden';
 fs.mkdirSync(outDir, { recursive: true });
@@ -30,11 +30,23 @@ function metaspaceVariant(tj, variant) {
   return { ...tj, normalizer: null, pre_tokenizer: ms, decoder: variant === 'ms_always' ? ms : tj.decoder };
 }
 
+// flagsVariant sets the added-token flags no shipped file uses on some of Qwen3's tokens:
+// <think> lstrip+rstrip, </think> single_word, <tool_call> normalized (so it is matched after
+// NFC), <|im_end|> rstrip, <|im_start|> lstrip. tokenizer/golden_test.go makes the same rewrite.
+export const flagEdits = {
+  '<think>': { lstrip: true, rstrip: true }, '</think>': { single_word: true }, '<tool_call>': { normalized: true },
+  '<|im_end|>': { rstrip: true }, '<|im_start|>': { lstrip: true },
+};
+function flagsVariant(tj) {
+  return { ...tj, added_tokens: tj.added_tokens.map((a) => ({ ...a, ...(flagEdits[a.content] || {}) })) };
+}
+
 const texts = corpus();
 for (const m of models) {
-  const [base, variant] = m.startsWith('llama2_') ? ['llama2', m.slice('llama2_'.length)] : [m, ''];
+  const [base, variant] = m.includes('_ms_') || m.endsWith('_flags') ? [m.slice(0, m.indexOf('_', 5)), m.slice(m.indexOf('_', 5) + 1)] : [m, ''];
   const dir = path.join(cacheDir, base);
-  const tj = metaspaceVariant(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), variant);
+  let tj = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8'));
+  tj = variant === 'flags' ? flagsVariant(tj) : metaspaceVariant(tj, variant);
   const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
   const tmp = path.join(os.tmpdir(), `pm-tok-${m}-${process.pid}.json`);
   fs.writeFileSync(tmp, JSON.stringify(tj));

@@ -1,0 +1,179 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// tinyByteLevel is a minimal byte-level BPE tokenizer.json: the 256-character alphabet, merges
+// "a b" → "ab" and "ab c" → "abc", and one special token.
+func tinyByteLevel() map[string]any {
+	vocab := map[string]any{}
+	for b := 0; b < 256; b++ {
+		vocab[string(byteToRune[b])] = b
+	}
+	vocab["ab"] = 256
+	vocab["abc"] = 257
+	return map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil,
+		"added_tokens":   []any{map[string]any{"id": 258, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}},
+		"normalizer":     nil,
+		"pre_tokenizer":  map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+		"post_processor": nil, "decoder": map[string]any{"type": "ByteLevel"},
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "fuse_unk": false, "byte_fallback": false,
+			"ignore_merges": false, "vocab": vocab, "merges": []any{"a b", "ab c"}},
+	}
+}
+
+func loadMap(t *testing.T, m map[string]any, cfg string) (*Tokenizer, error) {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Load(b, []byte(cfg))
+}
+
+func TestTiny(t *testing.T) {
+	tk, err := loadMap(t, tinyByteLevel(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tk.Encode("abc abx<|end|>", true)
+	want := []uint32{257, ' ', 256, 'x', 258}
+	if firstDiff(got, want) >= 0 {
+		t.Fatalf("got %v want %v", got, want)
+	}
+	if s := tk.Decode(got, false); s != "abc abx<|end|>" {
+		t.Fatalf("decode %q", s)
+	}
+	if s := tk.Decode(got, true); s != "abc abx" {
+		t.Fatalf("decode skipping specials %q", s)
+	}
+}
+
+func TestUnsupportedIsRefusedByName(t *testing.T) {
+	cases := []struct {
+		name    string
+		edit    func(m map[string]any)
+		feature string
+	}{
+		{"wordpiece", func(m map[string]any) { m["model"].(map[string]any)["type"] = "WordPiece" }, `model "WordPiece"`},
+		{"unigram", func(m map[string]any) { m["model"].(map[string]any)["type"] = "Unigram" }, `model "Unigram"`},
+		{"dropout", func(m map[string]any) { m["model"].(map[string]any)["dropout"] = 0.1 }, "dropout"},
+		{"lowercase", func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Lowercase"} }, `normalizer "Lowercase"`},
+		{"nested", func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}, map[string]any{"type": "NFKD"}}}
+		}, `normalizer "NFKD"`},
+		{"whitespace", func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Whitespace"} }, `pre_tokenizer "Whitespace"`},
+		{"bert", func(m map[string]any) { m["post_processor"] = map[string]any{"type": "BertProcessing"} }, `post_processor "BertProcessing"`},
+		{"truncation", func(m map[string]any) { m["truncation"] = map[string]any{"max_length": 8} }, "truncation"},
+		{"padding", func(m map[string]any) { m["padding"] = map[string]any{"strategy": "BatchLongest"} }, "padding"},
+		{"behavior", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+				map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Sideways", "invert": false},
+				map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}}}
+		}, `split behavior "Sideways"`},
+		{"regex", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+				map[string]any{"type": "Split", "pattern": map[string]any{"Regex": "(?<=a"}, "behavior": "Isolated", "invert": false},
+				map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}}}
+		}, "regex"},
+		{"bytelevel-not-last", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+				map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false},
+				map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Isolated", "invert": false}}}
+		}, "ByteLevel pre-tokenizer before"},
+		{"decoder", func(m map[string]any) { m["decoder"] = map[string]any{"type": "WordPiece"} }, `decoder "WordPiece"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := tinyByteLevel()
+			c.edit(m)
+			_, err := loadMap(t, m, "")
+			if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), c.feature) {
+				t.Fatalf("got %v, want ErrUnsupported naming %q", err, c.feature)
+			}
+		})
+	}
+}
+
+func TestConfigOverride(t *testing.T) {
+	m := tinyByteLevel()
+	m["added_tokens"] = append(m["added_tokens"].([]any),
+		map[string]any{"id": 259, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+	tk, err := loadMap(t, m, `{"add_bos_token": true, "add_eos_token": true, "bos_token": {"content": "<s>"}, "eos_token": "<|end|>"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tk.Encode("ab", true); firstDiff(got, []uint32{259, 256, 258}) >= 0 {
+		t.Fatalf("with special tokens: %v", got)
+	}
+	if got := tk.Encode("ab", false); firstDiff(got, []uint32{256}) >= 0 {
+		t.Fatalf("without: %v", got)
+	}
+	if _, err := loadMap(t, tinyByteLevel(), `{"add_bos_token": true, "bos_token": "<missing>"}`); err == nil {
+		t.Fatal("a BOS that is not a token was accepted")
+	}
+}
+
+func TestInvalidUTF8IsRepaired(t *testing.T) {
+	tk, err := loadMap(t, tinyByteLevel(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tk.Encode("a\xffb", false), tk.Encode("a\uFFFDb", false); firstDiff(got, want) >= 0 {
+		t.Fatalf("got %v want %v", got, want)
+	}
+}
+
+// TestSegmentCacheExact: encoding with the segment cache (cold and warm) gives the ids of
+// encoding without it, on long chats whose turns share segments.
+func TestSegmentCacheExact(t *testing.T) {
+	for _, m := range []string{"llama3_1", "qwen3", "llama2_ms_first"} {
+		t.Run(m, func(t *testing.T) {
+			tk := loadModel(t, m)
+			cold := *tk
+			cold.segs = newSegmentCache(0)
+			cold.words = newWordCache()
+			cases := readGolden(t, m)
+			var sb strings.Builder
+			for i, c := range cases {
+				sb.WriteString(c.Text)
+				if i%3 == 0 {
+					sb.WriteString("<|im_end|><|eot_id|></s>")
+				}
+				text := sb.String()
+				want := cold.Encode(text, false)
+				for pass := 0; pass < 2; pass++ {
+					if got := tk.Encode(text, false); firstDiff(got, want) >= 0 {
+						t.Fatalf("prefix %d pass %d: cached ids differ at %d", i, pass, firstDiff(got, want))
+					}
+				}
+			}
+		})
+	}
+}
+
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{"", "Hello, world!", "<|end|>ab", "\xff\xfe", "  \r\n\t", "abcabc<|end|"} {
+		f.Add(s)
+	}
+	m := tinyByteLevel()
+	b, _ := json.Marshal(m)
+	tk, err := Load(b, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids := tk.Encode(s, true)
+		if len(s) > 0 && len(ids) == 0 {
+			t.Fatalf("no ids for %q", s)
+		}
+		if got := tk.Decode(ids, false); strings.ToValidUTF8(s, "\uFFFD") != got {
+			t.Fatalf("round trip %q → %q", s, got)
+		}
+	})
+}
