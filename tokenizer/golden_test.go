@@ -4,33 +4,17 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
 
 // goldenModels are the model files the goldens cover (scripts/fetch-tokenizers.sh).
 var goldenModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2", "llama2_ms_first", "llama2_ms_always", "qwen3_flags"}
 
-// modelDir returns the directory holding a model's tokenizer files, skipping the test when
-// they were not fetched, except in CI (CI=true), where their absence is a failure.
-func modelDir(tb testing.TB, model string) string {
-	tb.Helper()
-	root := os.Getenv("PREFIXMESH_TOKENIZERS")
-	if root == "" {
-		_, file, _, _ := runtime.Caller(0)
-		root = filepath.Join(filepath.Dir(file), "..", ".cache", "tokenizers")
-	}
-	dir := filepath.Join(root, model)
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("tokenizer files for %s are missing in CI (%v): scripts/test.sh runs scripts/fetch-tokenizers.sh", model, err)
-		}
-		tb.Skipf("tokenizer files for %s not fetched (%v): run scripts/fetch-tokenizers.sh", model, err)
-	}
-	return dir
-}
+func modelDir(tb testing.TB, model string) string { return tokenizertest.Dir(tb, model) }
 
 var loaded sync.Map // model → *Tokenizer
 

@@ -2,6 +2,7 @@ package simengine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -179,7 +180,7 @@ func (e *Engine) promptTokens(raw json.RawMessage) ([]uint32, error) {
 		if text == "" {
 			return nil, invalid("field \"prompt\" is empty")
 		}
-		return e.tok.Encode(text), nil
+		return e.encodePrompt(text)
 	}
 	var ids []float64
 	if err := json.Unmarshal(raw, &ids); err == nil {
@@ -216,8 +217,30 @@ func (e *Engine) parseChat(body []byte) (*genRequest, error) {
 	if err := checkMessages(r.Messages); err != nil {
 		return nil, err
 	}
-	req.tokens = e.tok.Encode(tokenizer.RenderChat(r.Messages))
+	toks, err := e.encodeChat(body, r.Messages)
+	if err != nil {
+		return nil, err
+	}
+	req.tokens = toks
 	return req, nil
+}
+
+// encodePrompt and encodeChat are internal/tokenizer's EncodePrompt and EncodeChat, the same
+// calls the router makes, with their errors as 400s.
+func (e *Engine) encodePrompt(text string) ([]uint32, error) {
+	toks, err := tokenizer.EncodePrompt(context.Background(), e.tok, text)
+	if err != nil {
+		return nil, invalid("tokenize the prompt: %v", err)
+	}
+	return toks, nil
+}
+
+func (e *Engine) encodeChat(body []byte, msgs []tokenizer.ChatMessage) ([]uint32, error) {
+	toks, err := tokenizer.EncodeChat(context.Background(), e.tok, body, msgs)
+	if err != nil {
+		return nil, invalid("render the chat: %v", err)
+	}
+	return toks, nil
 }
 
 func checkMessages(msgs []tokenizer.ChatMessage) error {
@@ -241,12 +264,12 @@ func (e *Engine) parseTokenize(body []byte) ([]uint32, error) {
 	case r.Prompt != nil && r.Messages != nil:
 		return nil, invalid("give either \"prompt\" or \"messages\", not both")
 	case r.Prompt != nil:
-		return e.tok.Encode(*r.Prompt), nil
+		return e.encodePrompt(*r.Prompt)
 	case r.Messages != nil:
 		if err := checkMessages(r.Messages); err != nil {
 			return nil, err
 		}
-		return e.tok.Encode(tokenizer.RenderChat(r.Messages)), nil
+		return e.encodeChat(body, r.Messages)
 	}
 	return nil, invalid("field \"prompt\" (text) or \"messages\" is required")
 }

@@ -65,6 +65,7 @@ type genRequest struct {
 	session uint64
 
 	adapterField *uint64 // the body's adapter_id, if any
+	raw          []byte  // the whole body: chat templates read every field (tokenize.go)
 }
 
 // parseGen decodes and validates a generation body.
@@ -84,7 +85,7 @@ func parseGen(body []byte, chat bool, header http.Header) (*genRequest, error) {
 	if dec.More() {
 		return nil, badRequest("invalid JSON: trailing data after the request object")
 	}
-	g := &genRequest{chat: chat, model: b.Model, stream: b.Stream}
+	g := &genRequest{chat: chat, model: b.Model, stream: b.Stream, raw: body}
 	if chat {
 		if err := checkMessages(b.Messages); err != nil {
 			return nil, err

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/tokenizer"
+	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
 
 // chatModels are the models with a chat template among the golden files.
@@ -16,18 +16,7 @@ var chatModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3"}
 
 func loadTemplate(tb testing.TB, model string) *Template {
 	tb.Helper()
-	root := os.Getenv("PREFIXMESH_TOKENIZERS")
-	if root == "" {
-		_, file, _, _ := runtime.Caller(0)
-		root = filepath.Join(filepath.Dir(file), "..", "..", ".cache", "tokenizers")
-	}
-	dir := filepath.Join(root, model)
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("tokenizer files for %s are missing in CI (%v): scripts/test.sh runs scripts/fetch-tokenizers.sh", model, err)
-		}
-		tb.Skipf("tokenizer files for %s not fetched (%v): run scripts/fetch-tokenizers.sh", model, err)
-	}
+	dir := tokenizertest.Dir(tb, model)
 	tok, err := tokenizer.LoadDir(dir)
 	if err != nil {
 		tb.Fatal(err)

@@ -10,12 +10,14 @@ import (
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/prefixmesh/prefixmesh/tokenizer"
 )
 
 // ErrIntegralFloat: a JSON number such as 1.0 or 2e3 renders as "1.0" / "2000.0" in Python's
 // tojson but as "1" / "2000" in the Go engine, so a request that carries one is refused rather
 // than rendered differently.
-var ErrIntegralFloat = errors.New("a float with an integral value (such as 1.0) cannot be rendered exactly")
+var ErrIntegralFloat = fmt.Errorf("%w: a JSON float with an integral value (such as 1.0), which Python's tojson prints differently", tokenizer.ErrUnsupported)
 
 // maxJSONDepth bounds nesting so hostile input cannot recurse without end.
 const maxJSONDepth = 64

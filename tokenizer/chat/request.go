@@ -73,6 +73,9 @@ func requestFromDict(d *jinja.Dict) (*Request, error) {
 	out := make([]jinja.Value, 0, msgs.AsList().Len())
 	for i, m := range msgs.AsList().Items {
 		pm, text, err := parseMessage(m)
+		if errors.Is(err, ErrIntegralFloat) {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
 		if err != nil {
 			return nil, bad("messages[%d]: %v", i, err)
 		}

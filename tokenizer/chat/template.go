@@ -36,7 +36,7 @@ var contentLoop = regexp.MustCompile(`for\s+\w+\s+in\s+\w+\s*(\.content|\[\s*['"
 var tojsonIndent = regexp.MustCompile(`tojson\s*\(\s*indent`)
 
 // ErrNoTemplate is returned by New for a tokenizer without a chat template.
-var ErrNoTemplate = errors.New("the tokenizer has no chat template")
+var ErrNoTemplate = fmt.Errorf("%w: the tokenizer has no chat template", tokenizer.ErrUnsupported)
 
 // New compiles the tokenizer's chat templates (tokenizer_config.json's chat_template).
 func New(tok *tokenizer.Tokenizer) (*Template, error) {
