@@ -22,6 +22,8 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"sim":   runSim,
 	"pins":  runPins,
 	"demo":  runDemo,
+	// tokenize prints the ids the router computes for prompts and chat requests (tokenize.go).
+	"tokenize": runTokenize,
 }
 
 func main() {
@@ -43,6 +45,6 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return routerd.Main(ctx, args, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "usage: prefixmesh-router [serve|sim|pins|demo] [flags]\n")
+	fmt.Fprintf(stderr, "usage: prefixmesh-router [serve|sim|pins|demo|tokenize] [flags]\n")
 	return 2
 }
