@@ -77,9 +77,9 @@ func (c *segmentCache) put(s string, atStart bool, ids []uint32) {
 	}
 }
 
-// maxCachedWordBytes: words (pre-tokenizer output) up to this length are memoized; nearly all
-// words of real text are shorter, and longer ones are rare enough to merge each time.
-const maxCachedWordBytes = 48
+// maxCachedWordBytes: words (pre-tokenizer output) up to this length are memoized, as HF's BPE
+// cache does for words under 256 characters; longer ones are merged each time.
+const maxCachedWordBytes = 256
 
 // wordShards and wordShardEntries bound the word cache at 64×2048 entries (~10 MB): well over
 // the distinct words of a working set, and a shard that fills is simply cleared.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/dlclark/regexp2/v2"
 )
@@ -15,10 +16,20 @@ type piece struct {
 	atStart bool
 }
 
-// preTokenizer splits one piece into smaller ones, appending them to dst.
+// preTokenizer splits one piece into smaller ones, appending them to dst; sc holds reusable
+// buffers (so steady-state encoding does not allocate per match).
 type preTokenizer interface {
-	split(p piece, dst []piece) ([]piece, error)
+	split(p piece, dst []piece, sc *scratch) ([]piece, error)
 }
+
+// scratch is the per-call working memory of pre-tokenization, pooled.
+type scratch struct {
+	ms         [][2]int
+	spans, out []span
+	a, b       []piece
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // splitBehavior is HF's SplitDelimiterBehavior.
 type splitBehavior int
@@ -54,16 +65,16 @@ type span struct {
 
 // splitSpans applies a behavior to the spans of s (matches and the gaps between them), as
 // HF's NormalizedString::split does, appending the non-empty results to dst.
-func splitSpans(p piece, spans []span, beh splitBehavior, dst []piece) []piece {
-	var out []span
+func splitSpans(p piece, spans []span, beh splitBehavior, dst []piece, sc *scratch) []piece {
+	out := sc.out[:0]
 	switch beh {
-	case behIsolated:
-		out = spans
-		for i := range out {
-			out[i].match = false
+	case behIsolated, behRemoved:
+		for _, sp := range spans { // spans is sc.spans: never alias it with sc.out
+			if (beh == behIsolated || !sp.match) && sp.end > sp.start {
+				dst = append(dst, piece{s: p.s[sp.start:sp.end], atStart: p.atStart && sp.start == 0})
+			}
 		}
-	case behRemoved:
-		out = spans
+		return dst
 	case behContiguous:
 		prev := false
 		for _, sp := range spans {
@@ -100,11 +111,11 @@ func splitSpans(p piece, spans []span, beh splitBehavior, dst []piece) []piece {
 		}
 	}
 	for _, sp := range out {
-		if sp.match || sp.end == sp.start {
-			continue
+		if sp.end > sp.start {
+			dst = append(dst, piece{s: p.s[sp.start:sp.end], atStart: p.atStart && sp.start == 0})
 		}
-		dst = append(dst, piece{s: p.s[sp.start:sp.end], atStart: p.atStart && sp.start == 0})
 	}
+	sc.out = out[:0]
 	return dst
 }
 
@@ -132,11 +143,12 @@ type splitPre struct {
 	invert bool
 }
 
-func (sp *splitPre) split(p piece, dst []piece) ([]piece, error) {
-	var ms [][2]int
+func (sp *splitPre) split(p piece, dst []piece, sc *scratch) ([]piece, error) {
+	ms := sc.ms[:0]
+	defer func() { sc.ms = ms[:0] }()
 	if sp.re != nil {
 		var err error
-		if ms, err = findAll(sp.re, p.s, nil); err != nil {
+		if ms, err = findAll(sp.re, p.s, ms); err != nil {
 			return dst, err
 		}
 	} else {
@@ -149,7 +161,8 @@ func (sp *splitPre) split(p piece, dst []piece) ([]piece, error) {
 			i += j + len(sp.lit)
 		}
 	}
-	return splitSpans(p, matchSpans(p.s, ms, sp.invert, nil), sp.beh, dst), nil
+	sc.spans = matchSpans(p.s, ms, sp.invert, sc.spans[:0])
+	return splitSpans(p, sc.spans, sp.beh, dst, sc), nil
 }
 
 // gpt2Pattern is the regex ByteLevel uses when use_regex is true (HF byte_level.rs).
@@ -162,18 +175,20 @@ type byteLevelPre struct {
 	re             *regexp2.Regexp // nil unless use_regex
 }
 
-func (b *byteLevelPre) split(p piece, dst []piece) ([]piece, error) {
+func (b *byteLevelPre) split(p piece, dst []piece, sc *scratch) ([]piece, error) {
 	if b.addPrefixSpace && !strings.HasPrefix(p.s, " ") {
 		p.s = " " + p.s
 	}
 	if b.re == nil {
 		return append(dst, p), nil
 	}
-	ms, err := findAll(b.re, p.s, nil)
+	ms, err := findAll(b.re, p.s, sc.ms[:0])
+	sc.ms = ms[:0]
 	if err != nil {
 		return dst, err
 	}
-	return splitSpans(p, matchSpans(p.s, ms, false, nil), behIsolated, dst), nil
+	sc.spans = matchSpans(p.s, ms, false, sc.spans[:0])
+	return splitSpans(p, sc.spans, behIsolated, dst, sc), nil
 }
 
 // metaspacePre is HF's Metaspace pre-tokenizer: spaces become the replacement character, which
@@ -184,7 +199,7 @@ type metaspacePre struct {
 	split_ bool
 }
 
-func (m *metaspacePre) split(p piece, dst []piece) ([]piece, error) {
+func (m *metaspacePre) split(p piece, dst []piece, sc *scratch) ([]piece, error) {
 	s := strings.ReplaceAll(p.s, " ", m.repl)
 	switch m.scheme {
 	case "always":
@@ -200,7 +215,7 @@ func (m *metaspacePre) split(p piece, dst []piece) ([]piece, error) {
 	if !m.split_ {
 		return append(dst, q), nil
 	}
-	var ms [][2]int
+	ms := sc.ms[:0]
 	for i := 0; i < len(s); {
 		j := strings.Index(s[i:], m.repl)
 		if j < 0 {
@@ -209,26 +224,31 @@ func (m *metaspacePre) split(p piece, dst []piece) ([]piece, error) {
 		ms = append(ms, [2]int{i + j, i + j + len(m.repl)})
 		i += j + len(m.repl)
 	}
-	return splitSpans(q, matchSpans(s, ms, false, nil), behMergedWithNext, dst), nil
+	sc.ms = ms[:0]
+	sc.spans = matchSpans(s, ms, false, sc.spans[:0])
+	return splitSpans(q, sc.spans, behMergedWithNext, dst, sc), nil
 }
 
 // preSeq applies each pre-tokenizer to every piece the previous one produced.
 type preSeq []preTokenizer
 
-func (q preSeq) split(p piece, dst []piece) ([]piece, error) {
-	cur := []piece{p}
-	var next []piece
+// split alternates between two pooled buffers; the result is in one of them, valid until the
+// scratch is reused (the caller consumes it first).
+func (q preSeq) split(p piece, _ []piece, sc *scratch) ([]piece, error) {
+	cur := append(sc.a[:0], p)
+	next := sc.b[:0]
 	for _, pt := range q {
 		next = next[:0]
 		for _, c := range cur {
 			var err error
-			if next, err = pt.split(c, next); err != nil {
-				return dst, err
+			if next, err = pt.split(c, next, sc); err != nil {
+				return nil, err
 			}
 		}
 		cur, next = next, cur
 	}
-	return append(dst, cur...), nil
+	sc.a, sc.b = cur[:0], next[:0]
+	return cur, nil
 }
 
 // byteLevel reports whether the model sees byte-level text: ByteLevel is the last step.
