@@ -18,7 +18,7 @@ import (
 // Handler returns the engine's HTTP API:
 //
 //	POST /v1/completions       prompt: text, token ids, or a one-element array of either
-//	POST /v1/chat/completions  messages rendered by tokenizer.RenderChat
+//	POST /v1/chat/completions  messages rendered by tokenizer.EncodeChat (the model's template for hf:DIR)
 //	GET  /v1/models
 //	POST /tokenize             {"prompt": text} or {"messages": [...]} → {"tokens", "count"}
 //
