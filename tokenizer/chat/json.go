@@ -1,9 +1,6 @@
 package chat
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -21,62 +18,6 @@ var ErrIntegralFloat = fmt.Errorf("%w: a JSON float with an integral value (such
 
 // maxJSONDepth bounds nesting so hostile input cannot recurse without end.
 const maxJSONDepth = 64
-
-// decodeOrdered decodes one JSON value into a template value, keeping object key order (Python's
-// json.loads does, and tojson prints keys in that order).
-func decodeOrdered(dec *json.Decoder, depth int) (jinja.Value, error) {
-	if depth > maxJSONDepth {
-		return jinja.None(), fmt.Errorf("JSON nested deeper than %d", maxJSONDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return jinja.None(), err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := jinja.NewDict()
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return jinja.None(), err
-				}
-				v, err := decodeOrdered(dec, depth+1)
-				if err != nil {
-					return jinja.None(), err
-				}
-				d.AsDict().Set(k.(string), v) // a repeated key keeps its first place and the last value, as in Python
-			}
-			if _, err := dec.Token(); err != nil {
-				return jinja.None(), err
-			}
-			return d, nil
-		case '[':
-			var items []jinja.Value
-			for dec.More() {
-				v, err := decodeOrdered(dec, depth+1)
-				if err != nil {
-					return jinja.None(), err
-				}
-				items = append(items, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return jinja.None(), err
-			}
-			return jinja.NewList(items), nil
-		}
-	case string:
-		return jinja.NewString(t), nil
-	case json.Number:
-		return numberValue(string(t))
-	case bool:
-		return jinja.NewBool(t), nil
-	case nil:
-		return jinja.None(), nil
-	}
-	return jinja.None(), fmt.Errorf("unexpected JSON token %v", tok)
-}
 
 // numberValue is Python's json.loads on a number: an int unless it has a fraction or exponent.
 func numberValue(s string) (jinja.Value, error) {
@@ -96,16 +37,19 @@ func numberValue(s string) (jinja.Value, error) {
 	return jinja.NewFloat(f), nil
 }
 
-// parseOrdered decodes a whole JSON document.
+// parseOrdered decodes a whole JSON document into template values, keeping object key order
+// (Python's json.loads does, and tojson prints keys in that order). It accepts exactly what
+// encoding/json accepts, with the same repairs: invalid UTF-8 and lone surrogates become U+FFFD.
 func parseOrdered(b []byte) (jinja.Value, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	v, err := decodeOrdered(dec, 0)
+	p := &jsonParser{b: b}
+	p.space()
+	v, err := p.value(0)
 	if err != nil {
-		return v, err
+		return jinja.None(), err
 	}
-	if _, err := dec.Token(); err == nil {
-		return jinja.None(), errors.New("trailing data after the JSON value")
+	p.space()
+	if p.i != len(p.b) {
+		return jinja.None(), p.errorf("trailing data after the JSON value")
 	}
 	return v, nil
 }
