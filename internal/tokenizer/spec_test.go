@@ -151,3 +151,16 @@ func equalIDs(a, b []uint32) bool {
 	}
 	return true
 }
+
+// FuzzParseRenderAnswer: a render server's answer decodes to ids or an error, never a panic.
+func FuzzParseRenderAnswer(f *testing.F) {
+	for _, s := range []string{`{"token_ids": [1, 2]}`, `[{"token_ids": [3]}]`, `{"tokens": [4]}`, `[]`, `{"token_ids": [-1]}`, `[{}, {}]`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ids, err := parseRenderAnswer(b)
+		if err == nil && ids == nil {
+			t.Fatalf("%q: no ids and no error", b)
+		}
+	})
+}
