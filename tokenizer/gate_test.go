@@ -3,7 +3,9 @@ package tokenizer
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -145,6 +147,9 @@ func TestSegmentCacheExact(t *testing.T) {
 				if i%3 == 0 {
 					sb.WriteString("<|im_end|><|eot_id|></s>")
 				}
+				if i%8 != 0 && i != len(cases)-1 {
+					continue
+				}
 				text := sb.String()
 				want := cold.Encode(text, false)
 				for pass := 0; pass < 2; pass++ {
@@ -176,4 +181,29 @@ func FuzzEncode(f *testing.F) {
 			t.Fatalf("round trip %q → %q", s, got)
 		}
 	})
+}
+
+// TestConcurrentEncode: goroutines sharing one tokenizer (and its caches) get the golden ids.
+func TestConcurrentEncode(t *testing.T) {
+	tk := loadModel(t, "qwen3")
+	cases := readGolden(t, "qwen3")
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; i < len(cases); i += 2 {
+				if d := firstDiff(tk.Encode(cases[i].Text, false), cases[i].IDs); d >= 0 {
+					errs <- fmt.Sprintf("goroutine %d case %d: differs at %d", g, i, d)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
 }
