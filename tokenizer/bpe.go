@@ -39,7 +39,7 @@ type mergeTo struct {
 func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 
 func parseBPE(raw json.RawMessage, byteLevel bool) (*bpeModel, error) {
-	typ, err := typed(raw)
+	typ, err := typedKind(raw, "model")
 	if err != nil {
 		return nil, err
 	}

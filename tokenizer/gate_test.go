@@ -89,6 +89,12 @@ func TestUnsupportedIsRefusedByName(t *testing.T) {
 				map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Isolated", "invert": false}}}
 		}, "ByteLevel pre-tokenizer before"},
 		{"decoder", func(m map[string]any) { m["decoder"] = map[string]any{"type": "WordPiece"} }, `decoder "WordPiece"`},
+		{"unknown-field", func(m map[string]any) { m["pre_tokenizer"].(map[string]any)["split_digits"] = true }, "pre_tokenizer/ByteLevel field split_digits"},
+		{"unknown-model-field", func(m map[string]any) { m["model"].(map[string]any)["merge_policy"] = "x" }, "model/BPE field merge_policy"},
+		{"unknown-top-level", func(m map[string]any) { m["new_stage"] = map[string]any{} }, "file field new_stage"},
+		{"unknown-added-flag", func(m map[string]any) {
+			m["added_tokens"].([]any)[0].(map[string]any)["strip_accents"] = true
+		}, "added_token field strip_accents"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -24,15 +24,15 @@ func unsupported(format string, a ...any) error {
 
 // fileJSON is tokenizer.json; components stay raw until their "type" is known.
 type fileJSON struct {
-	Version       string           `json:"version"`
-	Truncation    json.RawMessage  `json:"truncation"`
-	Padding       json.RawMessage  `json:"padding"`
-	AddedTokens   []addedTokenJSON `json:"added_tokens"`
-	Normalizer    json.RawMessage  `json:"normalizer"`
-	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
-	PostProcessor json.RawMessage  `json:"post_processor"`
-	Decoder       json.RawMessage  `json:"decoder"`
-	Model         json.RawMessage  `json:"model"`
+	Version       string            `json:"version"`
+	Truncation    json.RawMessage   `json:"truncation"`
+	Padding       json.RawMessage   `json:"padding"`
+	AddedTokens   []json.RawMessage `json:"added_tokens"`
+	Normalizer    json.RawMessage   `json:"normalizer"`
+	PreTokenizer  json.RawMessage   `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage   `json:"post_processor"`
+	Decoder       json.RawMessage   `json:"decoder"`
+	Model         json.RawMessage   `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -75,6 +75,20 @@ func tokenString(raw json.RawMessage) (string, error) {
 		return "", fmt.Errorf("token must be a string or an object with \"content\": %w", err)
 	}
 	return o.Content, nil
+}
+
+// typedKind reads a component's type and refuses fields outside knownKeys[kind/type].
+func typedKind(raw json.RawMessage, kind string) (string, error) {
+	typ, err := typed(raw)
+	if err != nil || typ == "" {
+		return typ, err
+	}
+	if _, ok := knownKeys[kind+"/"+typ]; ok {
+		if err := checkKeys(raw, kind+"/"+typ); err != nil {
+			return "", err
+		}
+	}
+	return typ, nil
 }
 
 // typed reads a component's "type" field ("" for null).
@@ -140,6 +154,9 @@ func Load(tokenizerJSON, configJSONBytes []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
+	if err := checkKeys(tokenizerJSON, "file"); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
 	var cfg configJSON
 	if len(bytes.TrimSpace(configJSONBytes)) > 0 {
 		if err := json.Unmarshal(configJSONBytes, &cfg); err != nil {
@@ -167,7 +184,16 @@ func Load(tokenizerJSON, configJSONBytes []byte) (*Tokenizer, error) {
 	if t.decoder, err = parseDecoder(f.Decoder); err != nil {
 		return nil, fmt.Errorf("decoder: %w", err)
 	}
-	if err := t.setAdded(f.AddedTokens); err != nil {
+	added := make([]addedTokenJSON, len(f.AddedTokens))
+	for i, raw := range f.AddedTokens {
+		if err := checkKeys(raw, "added_token"); err != nil {
+			return nil, fmt.Errorf("added_tokens[%d]: %w", i, err)
+		}
+		if err := json.Unmarshal(raw, &added[i]); err != nil {
+			return nil, fmt.Errorf("added_tokens[%d]: %w", i, err)
+		}
+	}
+	if err := t.setAdded(added); err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}
 	if t.post, err = parsePost(f.PostProcessor, t); err != nil {

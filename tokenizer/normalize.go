@@ -59,7 +59,7 @@ type patternJSON struct {
 }
 
 func parseNormalizer(raw json.RawMessage) (normalizer, error) {
-	typ, err := typed(raw)
+	typ, err := typedKind(raw, "normalizer")
 	if err != nil || typ == "" {
 		return nil, err
 	}

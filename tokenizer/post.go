@@ -18,7 +18,7 @@ func (t *template) appendPrefix(dst []uint32) []uint32 { return append(dst, t.pr
 func (t *template) appendSuffix(dst []uint32) []uint32 { return append(dst, t.suffix...) }
 
 func parsePost(raw json.RawMessage, tk *Tokenizer) (postProcessor, error) {
-	typ, err := typed(raw)
+	typ, err := typedKind(raw, "post_processor")
 	if err != nil || typ == "" {
 		return nil, err
 	}

@@ -261,7 +261,7 @@ func (q preSeq) byteLevel() bool {
 }
 
 func parsePreTokenizer(raw json.RawMessage) (preSeq, error) {
-	typ, err := typed(raw)
+	typ, err := typedKind(raw, "pre_tokenizer")
 	if err != nil || typ == "" {
 		return nil, err
 	}
