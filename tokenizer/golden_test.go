@@ -4,15 +4,77 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
+	"sort"
 	"sync"
 	"testing"
 
 	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
 
-// goldenModels are the model files the goldens cover (scripts/fetch-tokenizers.sh).
-var goldenModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2", "llama2_ms_first", "llama2_ms_always", "qwen3_flags"}
+// goldenModels are the model files the goldens cover (scripts/fetch-tokenizers.sh), then the
+// rewrites of testdata/gen/variants.json.
+func goldenModels(tb testing.TB) []string {
+	out := []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2"}
+	for name := range readVariants(tb) {
+		out = append(out, name)
+	}
+	sort.Strings(out[5:])
+	return out
+}
+
+// variant is one rewrite of a shipped file (gen.mjs applies the same).
+type variant struct {
+	Base  string                     `json:"base"`
+	Set   map[string]json.RawMessage `json:"set"`
+	Added map[string]map[string]any  `json:"added"`
+}
+
+func readVariants(tb testing.TB) map[string]variant {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "gen", "variants.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var v map[string]variant
+	if err := json.Unmarshal(b, &v); err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// loadVariant applies a rewrite to its base model's file.
+func loadVariant(dir string, v variant) (*Tokenizer, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	var tj map[string]any
+	if err := json.Unmarshal(b, &tj); err != nil {
+		return nil, err
+	}
+	for k, raw := range v.Set {
+		var x any
+		if err := json.Unmarshal(raw, &x); err != nil {
+			return nil, err
+		}
+		tj[k] = x
+	}
+	for _, a := range tj["added_tokens"].([]any) {
+		at := a.(map[string]any)
+		for k, val := range v.Added[at["content"].(string)] {
+			at[k] = val
+		}
+	}
+	nb, err := json.Marshal(tj)
+	if err != nil {
+		return nil, err
+	}
+	cb, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		return nil, err
+	}
+	return Load(nb, cb)
+}
 
 func modelDir(tb testing.TB, model string) string { return tokenizertest.Dir(tb, model) }
 
@@ -20,12 +82,10 @@ var loaded sync.Map // model → *Tokenizer
 
 func loadModel(tb testing.TB, model string) *Tokenizer {
 	tb.Helper()
-	base, variant, _ := strings.Cut(model, "_ms_")
-	if variant == "" {
-		base, variant, _ = strings.Cut(model, "_flags")
-		if variant = ""; base != model {
-			variant = "flags"
-		}
+	v, isVariant := readVariants(tb)[model]
+	base := model
+	if isVariant {
+		base = v.Base
 	}
 	dir := modelDir(tb, base)
 	if t, ok := loaded.Load(model); ok {
@@ -33,81 +93,16 @@ func loadModel(tb testing.TB, model string) *Tokenizer {
 	}
 	var t *Tokenizer
 	var err error
-	if variant == "" {
-		t, err = LoadDir(dir)
-	} else if variant == "flags" {
-		t, err = loadFlagsVariant(dir)
+	if isVariant {
+		t, err = loadVariant(dir, v)
 	} else {
-		t, err = loadMetaspaceVariant(dir, variant)
+		t, err = LoadDir(dir)
 	}
 	if err != nil {
 		tb.Fatalf("load %s: %v", model, err)
 	}
 	loaded.Store(model, t)
 	return t
-}
-
-// loadMetaspaceVariant makes gen.mjs's rewrite of the llama2 file: no normalizer, a Metaspace
-// pre-tokenizer (and decoder for "always").
-func loadMetaspaceVariant(dir, variant string) (*Tokenizer, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, err
-	}
-	var tj map[string]any
-	if err := json.Unmarshal(b, &tj); err != nil {
-		return nil, err
-	}
-	scheme, split := "first", false
-	if variant == "always" {
-		scheme, split = "always", true
-	}
-	ms := map[string]any{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
-	tj["normalizer"] = nil
-	tj["pre_tokenizer"] = ms
-	if variant == "always" {
-		tj["decoder"] = ms
-	}
-	nb, err := json.Marshal(tj)
-	if err != nil {
-		return nil, err
-	}
-	cb, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		return nil, err
-	}
-	return Load(nb, cb)
-}
-
-// loadFlagsVariant makes gen.mjs's flagsVariant rewrite of the qwen3 file.
-func loadFlagsVariant(dir string) (*Tokenizer, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, err
-	}
-	var tj map[string]any
-	if err := json.Unmarshal(b, &tj); err != nil {
-		return nil, err
-	}
-	edits := map[string]map[string]bool{
-		"<think>": {"lstrip": true, "rstrip": true}, "</think>": {"single_word": true}, "<tool_call>": {"normalized": true},
-		"<|im_end|>": {"rstrip": true}, "<|im_start|>": {"lstrip": true},
-	}
-	for _, a := range tj["added_tokens"].([]any) {
-		at := a.(map[string]any)
-		for k, v := range edits[at["content"].(string)] {
-			at[k] = v
-		}
-	}
-	nb, err := json.Marshal(tj)
-	if err != nil {
-		return nil, err
-	}
-	cb, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		return nil, err
-	}
-	return Load(nb, cb)
 }
 
 type goldenCase struct {
@@ -145,7 +140,7 @@ func firstDiff(a, b []uint32) int {
 }
 
 func TestGoldenEncode(t *testing.T) {
-	for _, m := range goldenModels {
+	for _, m := range goldenModels(t) {
 		t.Run(m, func(t *testing.T) {
 			tk := loadModel(t, m)
 			bad := 0
@@ -173,7 +168,7 @@ func TestGoldenEncode(t *testing.T) {
 }
 
 func TestGoldenDecode(t *testing.T) {
-	for _, m := range goldenModels {
+	for _, m := range goldenModels(t) {
 		t.Run(m, func(t *testing.T) {
 			tk := loadModel(t, m)
 			bad := 0
