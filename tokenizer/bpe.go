@@ -302,7 +302,9 @@ func (m *bpeModel) appendTokens(dst []uint32, w string) []uint32 {
 	for i := 0; i >= 0 && i < len(st.syms); i = int(st.syms[i].next) {
 		dst = append(dst, st.syms[i].id)
 	}
-	mergePool.Put(st)
+	if cap(st.syms) <= maxPooledRunes && cap(st.heap) <= maxPooledRunes {
+		mergePool.Put(st)
+	}
 	return dst
 }
 

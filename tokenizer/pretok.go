@@ -31,6 +31,13 @@ type scratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
+// putScratch pools sc unless a huge prompt grew it (see maxPooledRunes).
+func putScratch(sc *scratch) {
+	if cap(sc.ms) <= maxPooledRunes && cap(sc.spans) <= maxPooledRunes && cap(sc.a) <= maxPooledRunes && cap(sc.b) <= maxPooledRunes {
+		scratchPool.Put(sc)
+	}
+}
+
 // splitBehavior is HF's SplitDelimiterBehavior.
 type splitBehavior int
 

@@ -28,6 +28,16 @@ type runeBuf struct {
 
 var runeBufPool = sync.Pool{New: func() any { return new(runeBuf) }}
 
+// maxPooledRunes: buffers grown past this (a 1 MiB prompt) are dropped rather than pooled, so
+// one huge request does not pin tens of megabytes.
+const maxPooledRunes = 1 << 20
+
+func putRuneBuf(b *runeBuf) {
+	if cap(b.runes) <= maxPooledRunes {
+		runeBufPool.Put(b)
+	}
+}
+
 func (b *runeBuf) load(s string) {
 	b.runes = b.runes[:0]
 	b.offs = b.offs[:0]
@@ -42,7 +52,7 @@ func (b *runeBuf) load(s string) {
 // findAll appends the byte ranges [start,end) of the successive non-empty matches of re in s.
 func findAll(re *regexp2.Regexp, s string, dst [][2]int) ([][2]int, error) {
 	b := runeBufPool.Get().(*runeBuf)
-	defer runeBufPool.Put(b)
+	defer putRuneBuf(b)
 	b.load(s)
 	err := re.FindRunesMatches(b.runes, 0, func(m regexp2.MatchView) bool {
 		i, n, ok := m.GroupRange(0)

@@ -93,7 +93,7 @@ func (t *Tokenizer) encodePiece(dst []uint32, p piece) []uint32 {
 		return t.encodeWord(dst, p.s)
 	}
 	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
+	defer putScratch(sc)
 	words, err := t.pre.split(p, nil, sc)
 	if err != nil {
 		// Only a regex timeout fails, and none is set; keep the ids deterministic anyway.
