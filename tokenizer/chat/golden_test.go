@@ -12,7 +12,7 @@ import (
 )
 
 // chatModels are the models with a chat template among the golden files.
-var chatModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3"}
+var chatModels = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "gemma3"}
 
 func loadTemplate(tb testing.TB, model string) *Template {
 	tb.Helper()

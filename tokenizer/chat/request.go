@@ -19,7 +19,8 @@ func bad(format string, a ...any) error {
 // Request is an OpenAI chat request reduced to what the prompt depends on, in the form vLLM gives
 // the template (vllm/entrypoints/chat_utils.py and ChatCompletionRequest).
 type Request struct {
-	Messages             jinja.Value // list of message dicts, after vLLM's rewriting
+	Messages             jinja.Value // list of message dicts, after vLLM's rewriting ("string" content)
+	PartsMessages        jinja.Value // the same with content as a list of text parts (vLLM's "openai" format)
 	Tools                jinja.Value // list of tool dicts, or None
 	Documents            jinja.Value // None unless given
 	AddGenerationPrompt  bool        // default true
@@ -27,6 +28,8 @@ type Request struct {
 	AddSpecialTokens     bool // default false: the template writes the special tokens
 	Kwargs               *jinja.Dict
 	finalContent         string // the last message's text, for continue_final_message
+	finalLastPart        string // its last text part (what transformers continues in the parts format)
+	finalHasPart         bool
 }
 
 // reservedKwargs are the template variables chat_template_kwargs may not replace (Python would
@@ -71,8 +74,9 @@ func requestFromDict(d *jinja.Dict) (*Request, error) {
 		return nil, bad("field \"messages\" is required and must be a non-empty array")
 	}
 	out := make([]jinja.Value, 0, msgs.AsList().Len())
+	parts := make([]jinja.Value, 0, msgs.AsList().Len())
 	for i, m := range msgs.AsList().Items {
-		pm, text, err := parseMessage(m)
+		pm, texts, err := parseMessage(m)
 		if errors.Is(err, ErrIntegralFloat) {
 			return nil, fmt.Errorf("messages[%d]: %w", i, err)
 		}
@@ -80,9 +84,15 @@ func requestFromDict(d *jinja.Dict) (*Request, error) {
 			return nil, bad("messages[%d]: %v", i, err)
 		}
 		out = append(out, pm)
-		r.finalContent = text
+		parts = append(parts, withParts(pm, texts))
+		r.finalContent = strings.Join(texts, "\n")
+		r.finalLastPart, r.finalHasPart = "", len(texts) > 0
+		if r.finalHasPart {
+			r.finalLastPart = texts[len(texts)-1]
+		}
 	}
 	r.Messages = jinja.NewList(out)
+	r.PartsMessages = jinja.NewList(parts)
 	if tools := get(d, "tools"); present(tools) {
 		if !tools.IsList() {
 			return nil, bad("field \"tools\" must be an array")
@@ -130,34 +140,34 @@ func boolField(d *jinja.Dict, key string, def bool) (bool, error) {
 // text parts are joined with "\n" (null content is ""), and only role, content, tool_calls
 // (assistant), tool_call_id (tool), name and reasoning are kept. Then _postprocess_messages:
 // tool-call arguments given as JSON strings are parsed (empty or invalid: {}), and an empty
-// tool_calls list is dropped. It returns the message and its content text.
-func parseMessage(m jinja.Value) (jinja.Value, string, error) {
+// tool_calls list is dropped. It returns the message and its content's text parts.
+func parseMessage(m jinja.Value) (jinja.Value, []string, error) {
 	if !m.IsDict() {
-		return m, "", errors.New("must be an object")
+		return m, nil, errors.New("must be an object")
 	}
 	md := m.AsDict()
 	role := get(md, "role")
 	if !role.IsString() || role.AsString() == "" {
-		return m, "", errors.New("\"role\" must be a non-empty string")
+		return m, nil, errors.New("\"role\" must be a non-empty string")
 	}
-	text, err := contentText(get(md, "content"))
+	texts, err := contentTexts(get(md, "content"))
 	if err != nil {
-		return m, "", err
+		return m, nil, err
 	}
 	out := jinja.NewDict()
 	od := out.AsDict()
 	od.Set("role", role)
-	od.Set("content", jinja.NewString(text))
+	od.Set("content", jinja.NewString(strings.Join(texts, "\n")))
 	switch role.AsString() {
 	case "assistant":
 		if tc := get(md, "tool_calls"); present(tc) {
 			if !tc.IsList() {
-				return m, "", errors.New("\"tool_calls\" must be an array")
+				return m, nil, errors.New("\"tool_calls\" must be an array")
 			}
 			if tc.AsList().Len() > 0 {
 				calls, err := toolCalls(tc.AsList().Items)
 				if err != nil {
-					return m, "", err
+					return m, nil, err
 				}
 				od.Set("tool_calls", calls)
 			}
@@ -180,16 +190,37 @@ func parseMessage(m jinja.Value) (jinja.Value, string, error) {
 			od.Set("reasoning_content", r)
 		}
 	}
-	return out, text, nil
+	return out, texts, nil
 }
 
-// contentText joins a content value's text parts with "\n".
-func contentText(c jinja.Value) (string, error) {
+// withParts is a message of the "string" format with its content as vLLM's "openai" format
+// has it: a list of {"type": "text", "text": …} (empty for null content).
+func withParts(m jinja.Value, texts []string) jinja.Value {
+	items := make([]jinja.Value, 0, len(texts))
+	for _, t := range texts {
+		p := jinja.NewDict()
+		p.AsDict().Set("type", jinja.NewString("text"))
+		p.AsDict().Set("text", jinja.NewString(t))
+		items = append(items, p)
+	}
+	out := jinja.NewDict()
+	for _, k := range m.AsDict().OrderedKeys() {
+		v, _ := m.AsDict().Get(k)
+		if k == "content" {
+			v = jinja.NewList(items)
+		}
+		out.AsDict().Set(k, v)
+	}
+	return out
+}
+
+// contentTexts returns a content value's text parts (a string is one part, null none).
+func contentTexts(c jinja.Value) ([]string, error) {
 	switch {
 	case !present(c):
-		return "", nil
+		return nil, nil
 	case c.IsString():
-		return c.AsString(), nil
+		return []string{c.AsString()}, nil
 	case c.IsList():
 		var texts []string
 		for i, p := range c.AsList().Items {
@@ -198,7 +229,7 @@ func contentText(c jinja.Value) (string, error) {
 				continue
 			}
 			if !p.IsDict() {
-				return "", fmt.Errorf("content[%d] must be an object", i)
+				return nil, fmt.Errorf("content[%d] must be an object", i)
 			}
 			typ := get(p.AsDict(), "type")
 			txt := get(p.AsDict(), "text")
@@ -207,13 +238,13 @@ func contentText(c jinja.Value) (string, error) {
 				if typ.IsString() {
 					t = typ.AsString()
 				}
-				return "", fmt.Errorf("content[%d]: only text parts are supported, got type %q", i, t)
+				return nil, fmt.Errorf("content[%d]: only text parts are supported, got type %q", i, t)
 			}
 			texts = append(texts, txt.AsString())
 		}
-		return strings.Join(texts, "\n"), nil
+		return texts, nil
 	}
-	return "", errors.New("\"content\" must be a string, null or an array of parts")
+	return nil, errors.New("\"content\" must be a string, null or an array of parts")
 }
 
 // toolCalls copies tool calls, parsing string arguments as vLLM does.

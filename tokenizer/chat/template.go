@@ -25,10 +25,14 @@ type Template struct {
 	byName  map[string]*jinja.Template
 	special map[string]jinja.Value // bos_token, eos_token …
 	now     func() time.Time
+	// parts: the template loops over message content, so vLLM gives it content as a list of
+	// parts (its "openai" content format) instead of a string.
+	parts bool
 }
 
-// contentLoop detects templates that iterate over message content (vLLM's "openai" content
-// format, where content stays a list of parts): not implemented, so refused.
+// contentLoop detects templates that iterate over message content, for which vLLM's "auto"
+// content format picks "openai" (content stays a list of parts). vLLM walks the template's AST
+// for a for-loop over message['content']; this matches the same loops in the source.
 var contentLoop = regexp.MustCompile(`for\s+\w+\s+in\s+\w+\s*(\.content|\[\s*['"]content['"]\s*\])`)
 
 // tojsonIndent: the engine renders tojson(indent=…) through Go's encoding/json, which sorts
@@ -49,6 +53,7 @@ func New(tok *tokenizer.Tokenizer) (*Template, error) {
 		if err := checkTemplate(src); err != nil {
 			return nil, fmt.Errorf("chat template %q: %w", name, err)
 		}
+		t.parts = t.parts || contentLoop.MatchString(src)
 		c, err := jinja.Compile(src)
 		if err != nil {
 			return nil, fmt.Errorf("%w: chat template %q: %v", tokenizer.ErrUnsupported, name, err)
@@ -68,9 +73,6 @@ func New(tok *tokenizer.Tokenizer) (*Template, error) {
 }
 
 func checkTemplate(src string) error {
-	if contentLoop.MatchString(src) {
-		return fmt.Errorf("%w: the template iterates over message content parts (vLLM's \"openai\" content format)", tokenizer.ErrUnsupported)
-	}
 	if tojsonIndent.MatchString(src) {
 		return fmt.Errorf("%w: tojson(indent=…) in the template", tokenizer.ErrUnsupported)
 	}
@@ -99,6 +101,11 @@ func (t *Template) Render(r *Request) (string, error) {
 		data[k] = v
 	}
 	data["messages"] = r.Messages
+	final := r.finalContent
+	if t.parts {
+		data["messages"] = r.PartsMessages
+		final = r.finalLastPart
+	}
 	data["tools"] = r.Tools
 	data["documents"] = r.Documents
 	data["add_generation_prompt"] = jinja.NewBool(r.AddGenerationPrompt)
@@ -107,7 +114,10 @@ func (t *Template) Render(r *Request) (string, error) {
 		return "", fmt.Errorf("%w: chat template: %v", ErrBadRequest, err)
 	}
 	if r.ContinueFinalMessage {
-		return continueFinal(s, r.finalContent)
+		if t.parts && !r.finalHasPart {
+			return "", bad("continue_final_message is set but the final message has no text to continue")
+		}
+		return continueFinal(s, final)
 	}
 	return s, nil
 }

@@ -7,7 +7,7 @@
 # entrypoints/chat_utils.py (_parse_chat_message_content, _postprocess_messages) and the
 # ChatCompletionRequest defaults (add_generation_prompt=True, add_special_tokens=False,
 # tools = [tool.model_dump()]: FunctionDefinition{name, description=None, parameters=None}).
-import json, sys
+import json, re, sys
 import jinja2, jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.exceptions import TemplateError
@@ -30,7 +30,12 @@ def tok_str(v):
     if v is None: return None
     return v if isinstance(v, str) else v.get("content")
 
-def parse_message(m):
+# vLLM's "auto" content format: "openai" (content stays a list of parts) when the template loops
+# over message content, else "string". vLLM walks the template AST; the Go side and this script
+# match the same loops in the source.
+CONTENT_LOOP = re.compile(r"for\s+\w+\s+in\s+\w+\s*(\.content|\[\s*['\"]content['\"]\s*\])")
+
+def parse_message(m, parts_format=False):
     role = m["role"]
     content = m.get("content")
     if content is None: parts = []
@@ -41,7 +46,7 @@ def parse_message(m):
         if isinstance(p, str): texts.append(p)
         elif p.get("type") == "text": texts.append(p["text"])
         else: raise ValueError("unsupported part " + p.get("type"))
-    out = {"role": role, "content": "\n".join(texts)}
+    out = {"role": role, "content": [{"type": "text", "text": t} for t in texts] if parts_format else "\n".join(texts)}
     if role == "assistant" and m.get("tool_calls") is not None:
         out["tool_calls"] = list(m["tool_calls"])
     elif role == "tool" and "tool_call_id" in m:
@@ -83,7 +88,8 @@ def dump_tool(t):
 def render(cfg, req):
     tmpl_src = cfg["chat_template"]
     t = env.from_string(tmpl_src)
-    msgs = [parse_message(m) for m in req["messages"]]
+    parts_format = bool(CONTENT_LOOP.search(tmpl_src))
+    msgs = [parse_message(m, parts_format) for m in req["messages"]]
     postprocess(msgs)
     tools = None if req.get("tools") is None else [dump_tool(x) for x in req["tools"]]
     agp = req.get("add_generation_prompt", True)
@@ -98,6 +104,13 @@ def render(cfg, req):
     s = t.render(messages=msgs, tools=tools, documents=req.get("documents"), add_generation_prompt=agp, **kw)
     if cont:
         final = msgs[-1]["content"]
+        if isinstance(final, list):
+            for block in reversed(final):
+                if "text" in block:
+                    final = block["text"]
+                    break
+            else:
+                raise ValueError("continue_final_message: no text to continue in the final message")
         if final.strip() not in s:
             raise ValueError("continue_final_message: final message not in the rendered chat")
         loc = s.rindex(final.strip())
@@ -109,7 +122,7 @@ def render(cfg, req):
 
 out = {}
 cases = json.load(open("tokenizer/testdata/gen/chats.json"))
-for model in ["llama3", "llama3_1", "qwen3", "deepseek_v3"]:
+for model in ["llama3", "llama3_1", "qwen3", "deepseek_v3", "gemma3"]:
     cfg = json.load(open(f".cache/tokenizers/{model}/tokenizer_config.json"))
     res = []
     for c in cases:
