@@ -25,7 +25,7 @@ func benchText(tb testing.TB, file string, size int) string {
 // BenchmarkEncode is the throughput comparison with HF's Rust core (bench.mjs): 32 KiB of text
 // per op, the word cache warm (steady state), the segment cache off.
 func BenchmarkEncode(b *testing.B) {
-	for _, m := range []string{"llama3_1", "qwen3", "deepseek_v3", "llama2"} {
+	for _, m := range []string{"llama3_1", "qwen3", "deepseek_v3", "llama2", "gemma3"} {
 		for _, file := range []string{"corpus.txt", "adversarial.txt"} {
 			b.Run(m+"/"+strings.TrimSuffix(file, ".txt")+"32k", func(b *testing.B) {
 				tk := *loadModel(b, m)

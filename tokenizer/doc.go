@@ -1,7 +1,7 @@
 // Package tokenizer loads a Hugging Face model's tokenizer.json (and tokenizer_config.json) and
 // encodes text to exactly the token ids Hugging Face's Rust tokenizers (and so vLLM and SGLang)
 // produce: byte-level BPE (Llama-3, Qwen, DeepSeek) and SentencePiece-style BPE with byte fallback
-// (Llama-2, Mistral), with HF's merge order (lowest rank, then leftmost), ignore_merges, the NFC,
+// (Llama-2, Mistral, Gemma 3), with HF's merge order (lowest rank, then leftmost), ignore_merges, the NFC,
 // Prepend, Replace and Sequence normalizers, the Split, ByteLevel, Metaspace and Sequence
 // pre-tokenizers, added tokens with their lstrip/rstrip/normalized/single_word flags, the
 // TemplateProcessing and ByteLevel post-processors, and transformers' add_bos_token/add_eos_token

@@ -22,7 +22,7 @@ const texts = {
   corpus32k: sized('tokenizer/testdata/bench/corpus.txt', 32 << 10),
   adversarial32k: sized('tokenizer/testdata/bench/adversarial.txt', 32 << 10),
 };
-for (const m of ['llama3_1', 'qwen3', 'deepseek_v3', 'llama2']) {
+for (const m of ['llama3_1', 'qwen3', 'deepseek_v3', 'llama2', 'gemma3']) {
   const t = Tokenizer.fromFile(`.cache/tokenizers/${m}/tokenizer.json`);
   for (const [name, s] of Object.entries(texts)) {
     let ids = (await t.encode(s, null, { addSpecialTokens: false })).getIds().length;
