@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -21,6 +22,9 @@ type addedToken struct {
 type trie struct {
 	nodes []trieNode
 	first [256]bool // bytes some token starts with: skip everything else fast
+	// only is the single byte every token starts with ('<' in most files), or -1: then the
+	// scan is strings.IndexByte.
+	only  int
 	empty bool
 }
 
@@ -29,7 +33,7 @@ type trieNode struct {
 	tok  int32 // index into Tokenizer.added, -1 if no token ends here
 }
 
-func newTrie() *trie { return &trie{nodes: []trieNode{{tok: -1}}, empty: true} }
+func newTrie() *trie { return &trie{nodes: []trieNode{{tok: -1}}, empty: true, only: -1} }
 
 func (t *trie) insert(s string, tok int) {
 	n := int32(0)
@@ -48,6 +52,12 @@ func (t *trie) insert(s string, tok int) {
 	}
 	if t.nodes[n].tok < 0 { // the first of duplicate contents wins, as in HF's pattern order
 		t.nodes[n].tok = int32(tok)
+	}
+	switch {
+	case t.empty:
+		t.only = int(s[0])
+	case t.only != int(s[0]):
+		t.only = -1
 	}
 	t.first[s[0]] = true
 	t.empty = false
@@ -73,6 +83,20 @@ func (t *trie) longestAt(s string, i int) (int, int) {
 // next finds the leftmost-longest match at or after from.
 func (t *trie) next(s string, from int) (tok, start, end int) {
 	if t.empty {
+		return -1, 0, 0
+	}
+	if t.only >= 0 {
+		for i := from; i < len(s); {
+			j := strings.IndexByte(s[i:], byte(t.only))
+			if j < 0 {
+				break
+			}
+			i += j
+			if tk, n := t.longestAt(s, i); tk >= 0 {
+				return tk, i, i + n
+			}
+			i++
+		}
 		return -1, 0, 0
 	}
 	for i := from; i < len(s); i++ {
