@@ -51,6 +51,8 @@ type configJSON struct {
 	AddEOS              *bool           `json:"add_eos_token"`
 	BOS                 json.RawMessage `json:"bos_token"`
 	EOS                 json.RawMessage `json:"eos_token"`
+	UNK                 json.RawMessage `json:"unk_token"`
+	PAD                 json.RawMessage `json:"pad_token"`
 	ChatTemplate        json.RawMessage `json:"chat_template"`
 	SplitSpecialTokens  bool            `json:"split_special_tokens"`
 	TokenizerClass      string          `json:"tokenizer_class"`
@@ -204,6 +206,16 @@ func Load(tokenizerJSON, configJSONBytes []byte) (*Tokenizer, error) {
 	}
 	if t.eos, err = tokenString(cfg.EOS); err != nil {
 		return nil, fmt.Errorf("tokenizer_config.json eos_token: %w", err)
+	}
+	t.configTokens = map[string]string{}
+	for name, raw := range map[string]json.RawMessage{"bos_token": cfg.BOS, "eos_token": cfg.EOS, "unk_token": cfg.UNK, "pad_token": cfg.PAD} {
+		v, err := tokenString(raw)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json %s: %w", name, err)
+		}
+		if v != "" {
+			t.configTokens[name] = v
+		}
 	}
 	if err := t.overridePost(cfg.AddBOS, cfg.AddEOS); err != nil {
 		return nil, fmt.Errorf("tokenizer_config.json: %w", err)

@@ -21,6 +21,7 @@ type Tokenizer struct {
 	encodeSpecial  bool  // split_special_tokens: special tokens are encoded as text
 
 	bos, eos     string
+	configTokens map[string]string // bos_token, eos_token, unk_token, pad_token as set in the config
 	chatTemplate map[string]string
 
 	segs  *segmentCache
@@ -133,6 +134,16 @@ func (t *Tokenizer) BOS() string { return t.bos }
 
 // EOS is tokenizer_config.json's eos_token ("" if unset).
 func (t *Tokenizer) EOS() string { return t.eos }
+
+// ConfigTokens returns the special tokens tokenizer_config.json sets (bos_token, eos_token,
+// unk_token, pad_token), the variables transformers gives every chat template.
+func (t *Tokenizer) ConfigTokens() map[string]string {
+	out := make(map[string]string, len(t.configTokens))
+	for k, v := range t.configTokens {
+		out[k] = v
+	}
+	return out
+}
 
 // ChatTemplate returns the named chat template from tokenizer_config.json ("default" is the
 // plain one; "tool_use" exists in some files), or "" if there is none.

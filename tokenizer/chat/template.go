@@ -63,11 +63,8 @@ func New(tok *tokenizer.Tokenizer) (*Template, error) {
 	if len(t.byName) == 0 {
 		return nil, ErrNoTemplate
 	}
-	if tok.BOS() != "" {
-		t.special["bos_token"] = jinja.NewString(tok.BOS())
-	}
-	if tok.EOS() != "" {
-		t.special["eos_token"] = jinja.NewString(tok.EOS())
+	for k, v := range tok.ConfigTokens() { // transformers passes its special_tokens_map
+		t.special[k] = jinja.NewString(v)
 	}
 	return t, nil
 }
