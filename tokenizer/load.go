@@ -116,7 +116,8 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
 }
 
-// LoadDir loads dir/tokenizer.json and, if present, dir/tokenizer_config.json.
+// LoadDir loads dir/tokenizer.json and, if present, dir/tokenizer_config.json and
+// dir/chat_template.jinja.
 func LoadDir(dir string) (*Tokenizer, error) {
 	tj, err := readCapped(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
@@ -129,6 +130,18 @@ func LoadDir(dir string) (*Tokenizer, error) {
 	t, err := Load(tj, cj)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	// Newer repositories keep the template in chat_template.jinja, which transformers prefers
+	// to tokenizer_config.json's chat_template.
+	jt, err := readCapped(filepath.Join(dir, "chat_template.jinja"))
+	switch {
+	case err == nil:
+		if t.chatTemplate == nil {
+			t.chatTemplate = map[string]string{}
+		}
+		t.chatTemplate["default"] = string(jt)
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, err
 	}
 	return t, nil
 }

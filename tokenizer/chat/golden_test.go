@@ -101,3 +101,36 @@ func equal(a, b []uint32) bool {
 	}
 	return true
 }
+
+// TestChatTemplateFile: a chat_template.jinja beside tokenizer.json replaces the config's.
+func TestChatTemplateFile(t *testing.T) {
+	src := tokenizertest.Dir(t, "qwen3")
+	dir := t.TempDir()
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := New(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseRequest([]byte(`{"messages": [{"role": "user", "content": "Hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := tm.Render(r); err != nil || s != "[user] Hi\n" {
+		t.Fatalf("rendered %q, %v", s, err)
+	}
+}
