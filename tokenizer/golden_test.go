@@ -42,27 +42,32 @@ func readVariants(tb testing.TB) map[string]variant {
 	return v
 }
 
-// loadVariant applies a rewrite to its base model's file.
+// loadVariant applies a rewrite to its base model's file (top-level keys replaced as raw JSON,
+// so the big vocabulary is not decoded twice).
 func loadVariant(dir string, v variant) (*Tokenizer, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, err
 	}
-	var tj map[string]any
+	var tj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &tj); err != nil {
 		return nil, err
 	}
 	for k, raw := range v.Set {
-		var x any
-		if err := json.Unmarshal(raw, &x); err != nil {
+		tj[k] = raw
+	}
+	if len(v.Added) > 0 {
+		var added []map[string]any
+		if err := json.Unmarshal(tj["added_tokens"], &added); err != nil {
 			return nil, err
 		}
-		tj[k] = x
-	}
-	for _, a := range tj["added_tokens"].([]any) {
-		at := a.(map[string]any)
-		for k, val := range v.Added[at["content"].(string)] {
-			at[k] = val
+		for _, at := range added {
+			for k, val := range v.Added[at["content"].(string)] {
+				at[k] = val
+			}
+		}
+		if tj["added_tokens"], err = json.Marshal(added); err != nil {
+			return nil, err
 		}
 	}
 	nb, err := json.Marshal(tj)
