@@ -29,6 +29,53 @@ type bpeModel struct {
 	suffix       string // end_of_word_suffix
 
 	ignoreMerges bool
+
+	// splitMeta: a word may be cut before each ▁ that follows a character c listed in vocab
+	// on its own and not in noCut (the characters some token has right before a ▁): no token
+	// can span such a cut, so merging the parts separately gives the ids of merging the whole
+	// (SentencePiece-style models merge whole pieces; this lets the word cache serve them).
+	splitMeta bool
+	noCut     map[rune]bool
+}
+
+// metaspace is SentencePiece's word-boundary character.
+const metaspace = '\u2581'
+
+func (m *bpeModel) initMetaSplit() {
+	if m.byteLevel || m.ignoreMerges || m.prefix != "" || m.suffix != "" {
+		return // ignore_merges looks words up whole; prefixes and suffixes depend on word edges
+	}
+	if _, ok := m.vocab[string(metaspace)]; !ok {
+		return
+	}
+	m.noCut = map[rune]bool{}
+	for tok := range m.vocab {
+		prev := rune(-1)
+		for _, r := range tok {
+			if r == metaspace && prev >= 0 && prev != metaspace {
+				m.noCut[prev] = true
+			}
+			prev = r
+		}
+	}
+	m.splitMeta = true
+}
+
+// metaCuts calls fn with the parts of w between safe cuts (see splitMeta).
+func (m *bpeModel) metaCuts(w string, fn func(part string)) {
+	start := 0
+	prev := rune(-1)
+	prevAt := 0
+	for i, r := range w {
+		if r == metaspace && prev >= 0 && prev != metaspace && !m.noCut[prev] {
+			if _, ok := m.vocab[w[prevAt:i]]; ok {
+				fn(w[start:i])
+				start = i
+			}
+		}
+		prev, prevAt = r, i
+	}
+	fn(w[start:])
 }
 
 type mergeTo struct {
@@ -129,6 +176,7 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpeModel, error) {
 			}
 		}
 	}
+	m.initMetaSplit()
 	if m.byteFallback {
 		for b := 0; b < 256; b++ {
 			id, ok := p.Vocab[fmt.Sprintf("<0x%02X>", b)]

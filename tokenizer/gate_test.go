@@ -213,3 +213,42 @@ func TestConcurrentEncode(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestMetaSplitEqualsWhole: cutting SentencePiece words at safe ▁ boundaries (splitMeta) gives
+// the ids of merging whole words, on the corpus and on random mixes of its pieces.
+func TestMetaSplitEqualsWhole(t *testing.T) {
+	for _, m := range []string{"llama2", "gemma3", "llama2_ms_first"} {
+		t.Run(m, func(t *testing.T) {
+			tk := loadModel(t, m)
+			if !tk.model.splitMeta {
+				t.Fatalf("%s: splitMeta is off", m)
+			}
+			whole := *tk
+			wm := *tk.model
+			wm.splitMeta = false
+			whole.model = &wm
+			whole.words = newWordCache()
+			whole.segs = newSegmentCache(0)
+			cases := readGolden(t, m)
+			texts := []string{"<p> </p> x> </y", "a > </ b", strings.Repeat("> </ ", 200), "\n> </\t"}
+			for _, c := range cases {
+				texts = append(texts, c.Text)
+			}
+			seed := uint32(12)
+			for i := 0; i < len(cases); i++ {
+				var sb strings.Builder
+				for j := 0; j < 6; j++ {
+					seed = seed*1664525 + 1013904223
+					sb.WriteString(cases[seed%uint32(len(cases))].Text)
+					sb.WriteString(strings.Repeat(" ", int(seed>>28)))
+				}
+				texts = append(texts, sb.String())
+			}
+			for i, s := range texts {
+				if d := firstDiff(tk.Encode(s, false), whole.Encode(s, false)); d >= 0 {
+					t.Fatalf("text %d: split and whole differ at id %d", i, d)
+				}
+			}
+		})
+	}
+}

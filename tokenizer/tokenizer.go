@@ -107,6 +107,14 @@ func (t *Tokenizer) encodePiece(dst []uint32, p piece) []uint32 {
 }
 
 func (t *Tokenizer) encodeWord(dst []uint32, w string) []uint32 {
+	if t.model.splitMeta && len(w) > maxCachedWordBytes {
+		t.model.metaCuts(w, func(part string) { dst = t.encodeCachedWord(dst, part) })
+		return dst
+	}
+	return t.encodeCachedWord(dst, w)
+}
+
+func (t *Tokenizer) encodeCachedWord(dst []uint32, w string) []uint32 {
 	if len(w) <= maxCachedWordBytes {
 		if ids, ok := t.words.get(w); ok {
 			return append(dst, ids...)
