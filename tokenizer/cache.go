@@ -9,7 +9,8 @@ import (
 
 // SegmentCacheBytes bounds the segment cache per tokenizer: 64 MiB holds the text and ids of a
 // few hundred long conversations (a 32k-token chat is ~130 KB of text plus ~130 KB of ids), so
-// the turns of the chats in flight stay cached, without letting traffic grow the router.
+// the turns of the chats in flight stay cached, without letting traffic grow the router. A
+// segment over a quarter of a shard's share (1 MiB) is not cached.
 const SegmentCacheBytes = 64 << 20
 
 // minCachedSegmentBytes: shorter segments (role names, "\n") tokenize faster than a cache
@@ -19,9 +20,17 @@ const minCachedSegmentBytes = 64
 // segEntryOverhead approximates an entry's bookkeeping (map slot, list element, headers).
 const segEntryOverhead = 128
 
-// segmentCache memoizes the ids of text between added tokens, LRU within a byte budget. Exact:
-// a segment's ids are a function of its text and whether it starts the input.
+// segShards splits the segment cache so concurrent requests rarely share a lock.
+const segShards = 16
+
+// segmentCache memoizes the ids of text between added tokens, LRU within a byte budget per
+// shard. Exact: a segment's ids are a function of its text and whether it starts the input.
 type segmentCache struct {
+	seed   maphash.Seed
+	shards [segShards]segShard
+}
+
+type segShard struct {
 	mu     sync.Mutex
 	budget int
 	used   int
@@ -40,40 +49,51 @@ type segEntry struct {
 }
 
 func newSegmentCache(budget int) *segmentCache {
-	return &segmentCache{budget: budget, m: map[segKey]*list.Element{}}
+	c := &segmentCache{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].budget = budget / segShards
+		c.shards[i].m = map[segKey]*list.Element{}
+	}
+	return c
+}
+
+func (c *segmentCache) shard(s string) *segShard {
+	return &c.shards[maphash.String(c.seed, s)%segShards]
 }
 
 func (c *segmentCache) get(s string, atStart bool) ([]uint32, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[segKey{s, atStart}]
+	sh := c.shard(s)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[segKey{s, atStart}]
 	if !ok {
 		return nil, false
 	}
-	c.lru.MoveToFront(e)
+	sh.lru.MoveToFront(e)
 	return e.Value.(*segEntry).ids, true
 }
 
 func (c *segmentCache) put(s string, atStart bool, ids []uint32) {
+	sh := c.shard(s)
 	cost := len(s) + 4*len(ids) + segEntryOverhead
-	if cost > c.budget/4 { // one huge segment must not flush everything else
+	if cost > sh.budget/4 { // one huge segment must not flush everything else
 		return
 	}
 	k := segKey{strings.Clone(s), atStart}
 	ent := &segEntry{key: k, ids: append([]uint32(nil), ids...)}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[k]; ok {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[k]; ok {
 		return
 	}
-	c.m[k] = c.lru.PushFront(ent)
-	c.used += cost
-	for c.used > c.budget {
-		old := c.lru.Back()
+	sh.m[k] = sh.lru.PushFront(ent)
+	sh.used += cost
+	for sh.used > sh.budget {
+		old := sh.lru.Back()
 		oe := old.Value.(*segEntry)
-		c.lru.Remove(old)
-		delete(c.m, oe.key)
-		c.used -= len(oe.key.s) + 4*len(oe.ids) + segEntryOverhead
+		sh.lru.Remove(old)
+		delete(sh.m, oe.key)
+		sh.used -= len(oe.key.s) + 4*len(oe.ids) + segEntryOverhead
 	}
 }
 
