@@ -1,7 +1,5 @@
 package tokenizer
 
-import "unicode/utf8"
-
 // byteToRune is GPT-2's bytes_to_unicode table, the alphabet of byte-level BPE vocabularies:
 // printable Latin-1 bytes map to themselves, the other 68 bytes to U+0100 upwards, in byte order.
 var byteToRune [256]rune
@@ -33,13 +31,4 @@ func byteLevelDecode(dst []byte, tok string) ([]byte, bool) {
 		dst = append(dst, byte(b))
 	}
 	return dst, true
-}
-
-// byteLevelEncode maps raw bytes to the byte-level alphabet.
-func byteLevelEncode(s string) string {
-	buf := make([]byte, 0, 2*len(s))
-	for i := 0; i < len(s); i++ {
-		buf = utf8.AppendRune(buf, byteToRune[s[i]])
-	}
-	return string(buf)
 }
