@@ -108,7 +108,10 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 		if len(req.GetText()) > MaxTextBytes {
 			return nil, status.Errorf(codes.InvalidArgument, "route: text: %d bytes (max %d)", len(req.GetText()), MaxTextBytes)
 		}
-		tokens = s.tok.Encode(req.GetText())
+		var err error
+		if tokens, err = tokenizer.EncodePrompt(context.Background(), s.tok, req.GetText()); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "route: tokenize the text: %v", err)
+		}
 	}
 	sc, _ := s.pool.Get().(*scratch)
 	if sc == nil {

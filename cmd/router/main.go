@@ -23,15 +23,18 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"sim":   runSim,
 	"pins":  runPins,
 	"demo":  runDemo,
+	// tokenize prints the ids the router computes for prompts and chat requests (tokenize.go).
+	"tokenize": runTokenize,
 }
 
 // summaries are the one-line descriptions `prefixmesh-router help` prints beside each
 // subcommand (a subcommand without one is still listed).
 var summaries = map[string]string{
-	"serve": "join the cluster, mirror every node's cache summary and route requests (the default)",
-	"sim":   "replay a request trace through the routing policies and compare them",
-	"pins":  "administer adapter pins and show the Raft members (any router's Pins service)",
-	"demo":  "run a whole local cluster with simulated engines and send it traffic",
+	"serve":    "join the cluster, mirror every node's cache summary and route requests (the default)",
+	"sim":      "replay a request trace through the routing policies and compare them",
+	"pins":     "administer adapter pins and show the Raft members (any router's Pins service)",
+	"demo":     "run a whole local cluster with simulated engines and send it traffic",
+	"tokenize": "print the token ids the router computes for prompts and chat requests (JSON lines in)",
 }
 
 func main() {

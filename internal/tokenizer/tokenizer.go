@@ -1,9 +1,12 @@
 // Package tokenizer turns text into the token ids that prefix caching is keyed by, with one
 // deterministic implementation shared by the simulated engine and the router, so that both compute
-// the same block hashes from the same prompt. Two vocabularies are offered: "cl100k_base", the
+// the same block hashes from the same prompt. A spec names the tokenizer: "cl100k_base", the
 // byte-pair encoding of github.com/tiktoken-go/tokenizer (its vocabulary is embedded in the binary,
-// so it works offline), and "bytes", one token per UTF-8 byte, trivial and fast, for tests. Chat
-// requests are first rendered to text by RenderChat, the single chat template both sides use.
+// so it works offline); "bytes", one token per UTF-8 byte, trivial and fast, for tests (chat
+// requests for these two are rendered by RenderChat, the single home-made template both sides
+// use); "hf:DIR", a real model's tokenizer.json and chat template, exact in Go (package
+// github.com/prefixmesh/prefixmesh/tokenizer); "render:URL", a vLLM render server asked per
+// request. EncodePrompt and EncodeChat are the one way both sides turn a request into ids.
 package tokenizer
 
 import (
@@ -36,8 +39,16 @@ type Tokenizer interface {
 	Decode(ids []uint32) string
 }
 
-// New returns the tokenizer called name: CL100kBase or Bytes.
+// New returns the tokenizer a spec names: CL100kBase or Bytes (embedded), "hf:DIR" (a model's
+// Hugging Face tokenizer files, exact in Go; loaded once per directory) or "render:URL" (a vLLM
+// render server or an engine's /tokenize).
 func New(name string) (Tokenizer, error) {
+	switch {
+	case strings.HasPrefix(name, HFPrefix):
+		return newHF(name)
+	case strings.HasPrefix(name, RenderPrefix):
+		return newRender(name)
+	}
 	switch name {
 	case CL100kBase:
 		c, err := tiktoken.Get(tiktoken.Cl100kBase)
@@ -51,7 +62,7 @@ func New(name string) (Tokenizer, error) {
 	case Bytes:
 		return byteTokenizer{}, nil
 	}
-	return nil, fmt.Errorf("%w %q (want %q or %q)", ErrUnknownTokenizer, name, CL100kBase, Bytes)
+	return nil, fmt.Errorf("%w %q (want %q, %q, %sDIR or %sURL)", ErrUnknownTokenizer, name, CL100kBase, Bytes, HFPrefix, RenderPrefix)
 }
 
 // bpe adapts a tiktoken codec. Special tokens (<|endoftext|> …) are encoded as ordinary text:

@@ -14,6 +14,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
 	"github.com/prefixmesh/prefixmesh/node"
+	"github.com/prefixmesh/prefixmesh/node/simengine"
 )
 
 // Engine modes (--engine).
@@ -86,6 +87,9 @@ type SimConfig struct {
 	MaxConcurrent int
 	// MaxQueue: 256 waiting requests (four batches) before answering 429.
 	MaxQueue int
+	// Tokenizer: cl100k_base, the router's default, so both sides compute the same ids; set
+	// hf:DIR (a model's tokenizer.json and chat template) to tokenize as vLLM would for it.
+	Tokenizer string
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -109,6 +113,7 @@ func DefaultConfig() Config {
 			DecodeTokensPerSec:  50,
 			MaxConcurrent:       64,
 			MaxQueue:            256,
+			Tokenizer:           simengine.DefaultConfig().Tokenizer,
 		},
 		Gossip: cluster.Flags{Label: cluster.DefaultLabel}, // no --gossip-listen: standalone
 	}
@@ -165,6 +170,11 @@ func (c Config) Validate() error {
 			return bad("--sim-max-concurrent %d: must be positive", c.Sim.MaxConcurrent)
 		case c.Sim.MaxQueue < 0:
 			return bad("--sim-max-queue %d: must not be negative", c.Sim.MaxQueue)
+		}
+		sc := simengine.DefaultConfig()
+		sc.Tokenizer = c.Sim.Tokenizer
+		if err := sc.Validate(); err != nil {
+			return bad("--sim-tokenizer %q: %v", c.Sim.Tokenizer, err)
 		}
 	case engineExternal:
 		u, err := url.Parse(c.EngineURL)
@@ -248,6 +258,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.Float64Var(&cfg.Sim.DecodeTokensPerSec, "sim-decode-tokens-per-s", cfg.Sim.DecodeTokensPerSec, "simulated decode rate per sequence in `tokens/s`")
 	fs.IntVar(&cfg.Sim.MaxConcurrent, "sim-max-concurrent", cfg.Sim.MaxConcurrent, "simulated engine: sequences running at once")
 	fs.IntVar(&cfg.Sim.MaxQueue, "sim-max-queue", cfg.Sim.MaxQueue, "simulated engine: requests waiting before 429")
+	fs.StringVar(&cfg.Sim.Tokenizer, "sim-tokenizer", cfg.Sim.Tokenizer, "simulated engine's tokenizer `spec`: cl100k_base, bytes or hf:DIR (a model's tokenizer.json directory)")
 	cfg.Gossip.Register(fs)
 	return fs
 }

@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, flag := range []string{"-grpc-listen", "-http-listen", "-node-id", "-block-size", "-kv-blocks", "-engine", "-engine-url",
 		"-model", "-tls-cert", "-tls-key", "-tls-client-ca", "-log-level", "-drain-timeout", "-validate-only", "-addr-file",
-		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-config", "-pins-addr"} {
+		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr"} {
 		if !strings.Contains(stderr.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
@@ -42,14 +42,14 @@ func TestHelp(t *testing.T) {
 func TestFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseConfig([]string{"--grpc-listen=0.0.0.0:9", "--http-listen=:8", "--node-id=n7", "--block-size=32",
 		"--kv-blocks=100", "--model=m", "--log-level=debug", "--drain-timeout=3s", "--sim-prefill-tokens-per-s=5",
-		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0"}, &bytes.Buffer{})
+		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := DefaultConfig()
 	want.GRPCListen, want.HTTPListen, want.NodeID, want.BlockSize, want.KVBlocks = "0.0.0.0:9", ":8", "n7", 32, 100
 	want.Model, want.LogLevel, want.DrainTimeout = "m", "debug", 3*time.Second
-	want.Sim = SimConfig{PrefillTokensPerSec: 5, DecodeTokensPerSec: 6, MaxConcurrent: 7, MaxQueue: 0}
+	want.Sim = SimConfig{PrefillTokensPerSec: 5, DecodeTokensPerSec: 6, MaxConcurrent: 7, MaxQueue: 0, Tokenizer: "bytes"}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
 	}

@@ -32,6 +32,7 @@ func startEngine(ctx context.Context, cfg Config, tree *local.RadixTree, logger 
 		sc.DecodeTokensPerSec = cfg.Sim.DecodeTokensPerSec
 		sc.MaxConcurrent = cfg.Sim.MaxConcurrent
 		sc.MaxQueue = cfg.Sim.MaxQueue
+		sc.Tokenizer = cfg.Sim.Tokenizer
 		eng, err := simengine.New(sc, tree, logger.With("component", "simengine"), reg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("simulated engine: %w", err)

@@ -1,6 +1,7 @@
 package simengine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -95,7 +96,9 @@ func (e *Engine) parseCompletion(body []byte) (*genRequest, error) {
 	}
 	it := &c.Prompt.Items[0]
 	if it.IsText() {
-		req.tokens = e.tok.Encode(it.Text)
+		if req.tokens, err = e.encodePrompt(it.Text); err != nil {
+			return nil, err
+		}
 	} else {
 		req.tokens = it.IDs
 	}
@@ -111,8 +114,30 @@ func (e *Engine) parseChat(body []byte) (*genRequest, error) {
 	if err := e.resolve(&c.GenParams, req); err != nil {
 		return nil, err
 	}
-	req.tokens = e.tok.Encode(tokenizer.RenderChat(c.Messages))
+	toks, err := e.encodeChat(body, c.Messages)
+	if err != nil {
+		return nil, err
+	}
+	req.tokens = toks
 	return req, nil
+}
+
+// encodePrompt and encodeChat are internal/tokenizer's EncodePrompt and EncodeChat, the same
+// calls the router makes, with their errors as 400s.
+func (e *Engine) encodePrompt(text string) ([]uint32, error) {
+	toks, err := tokenizer.EncodePrompt(context.Background(), e.tok, text)
+	if err != nil {
+		return nil, openai.Invalid("prompt", "tokenize the prompt: %v", err)
+	}
+	return toks, nil
+}
+
+func (e *Engine) encodeChat(body []byte, msgs []tokenizer.ChatMessage) ([]uint32, error) {
+	toks, err := tokenizer.EncodeChat(context.Background(), e.tok, body, msgs)
+	if err != nil {
+		return nil, openai.Invalid("messages", "render the chat: %v", err)
+	}
+	return toks, nil
 }
 
 func (e *Engine) parseTokenize(body []byte) ([]uint32, error) {
@@ -124,13 +149,13 @@ func (e *Engine) parseTokenize(body []byte) ([]uint32, error) {
 	case r.Prompt != nil && r.Messages != nil:
 		return nil, invalid("give either \"prompt\" or \"messages\", not both")
 	case r.Prompt != nil:
-		return e.tok.Encode(*r.Prompt), nil
+		return e.encodePrompt(*r.Prompt)
 	case r.Messages != nil:
 		msgs, err := openai.ParseMessages(r.Messages)
 		if err != nil {
 			return nil, err
 		}
-		return e.tok.Encode(tokenizer.RenderChat(msgs)), nil
+		return e.encodeChat(body, msgs)
 	}
 	return nil, openai.Invalid("prompt", "field \"prompt\" (text) or \"messages\" is required")
 }

@@ -3,6 +3,7 @@ package simengine
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local/kvpool"
@@ -30,8 +31,9 @@ type Config struct {
 	// MaxQueue is how many requests may wait for a slot or for KV blocks before the engine
 	// answers 429: 256, four batches, a few seconds of backlog at demo rates.
 	MaxQueue int
-	// Tokenizer names the tokenizer for text prompts (internal/tokenizer): cl100k_base, the
-	// router's default, so both compute the same token ids.
+	// Tokenizer names the tokenizer (internal/tokenizer): cl100k_base, the router's default,
+	// so both compute the same token ids; bytes; or hf:DIR, a real model's tokenizer.json and
+	// chat template, so the engine computes the ids vLLM would for that model.
 	Tokenizer string
 	// MaxBodyBytes caps a request body: 4 MiB holds a 128k-token prompt as a JSON id array
 	// (~7 bytes per id) or ~1M characters of text, and keeps one request from exhausting memory.
@@ -78,6 +80,9 @@ func (c Config) Validate() error {
 		return bad("MaxQueue %d must not be negative", c.MaxQueue)
 	case c.MaxBodyBytes <= 0:
 		return bad("MaxBodyBytes %d must be positive", c.MaxBodyBytes)
+	}
+	if strings.HasPrefix(c.Tokenizer, tokenizer.RenderPrefix) {
+		return bad("Tokenizer %q: the engine tokenizes itself (cl100k_base, bytes or %sDIR)", c.Tokenizer, tokenizer.HFPrefix)
 	}
 	if _, err := tokenizer.New(c.Tokenizer); err != nil {
 		return bad("Tokenizer: %v", err)

@@ -19,7 +19,7 @@ import (
 // Handler returns the engine's HTTP API:
 //
 //	POST /v1/completions       prompt: text, token ids, or a batch of one of either (internal/openai)
-//	POST /v1/chat/completions  messages rendered by tokenizer.RenderChat
+//	POST /v1/chat/completions  messages rendered by tokenizer.EncodeChat (the model's template for hf:DIR)
 //	GET  /v1/models
 //	POST /tokenize             {"prompt": text} or {"messages": [...]} → {"tokens", "count"}
 //	POST /detokenize           {"tokens": [...]} → {"prompt": text}

@@ -47,13 +47,14 @@ type genRequest struct {
 	n     int // the request's n (choices per prompt), 0 when not given
 
 	adapterField *uint64 // the body's adapter_id, if any
+	raw          []byte  // the whole body: chat templates read every field (tokenize.go)
 }
 
 // parseGen decodes and validates a generation body with the parser the engine uses
 // (internal/openai: strict OpenAI shapes, linear in the body).
 func parseGen(body []byte, chat bool, header http.Header) (*genRequest, error) {
 	var gp *openai.GenParams
-	g := &genRequest{chat: chat}
+	g := &genRequest{chat: chat, raw: body}
 	if chat {
 		c, err := openai.ParseChat(body)
 		if err != nil {

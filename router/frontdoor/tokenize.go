@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,17 +23,34 @@ type promptTokenizer interface {
 	tokens(ctx context.Context, g *genRequest, model string) ([]uint32, error)
 }
 
-// embeddedTokenizer uses a vocabulary compiled into the router: the same code as the engine's.
+// embeddedTokenizer uses a tokenizer of internal/tokenizer: a vocabulary compiled into the router
+// or loaded from a model's files (hf:DIR), the same code as the engine's, or a render server
+// (render:URL). Chat requests go through the model's template with every field of the body.
 type embeddedTokenizer struct{ tok tokenizer.Tokenizer }
 
-func (e embeddedTokenizer) tokens(_ context.Context, g *genRequest, _ string) ([]uint32, error) {
+func (e embeddedTokenizer) tokens(ctx context.Context, g *genRequest, _ string) ([]uint32, error) {
+	var toks []uint32
+	var err error
 	switch {
 	case g.chat:
-		return e.tok.Encode(tokenizer.RenderChat(g.msgs)), nil
+		toks, err = tokenizer.EncodeChat(ctx, e.tok, g.raw, g.msgs)
 	case g.tokens != nil:
 		return g.tokens, nil
+	default:
+		toks, err = tokenizer.EncodePrompt(ctx, e.tok, g.text)
 	}
-	return e.tok.Encode(g.text), nil
+	switch {
+	case err == nil:
+		return toks, nil
+	case tokenizer.IsInexact(err):
+		// The request is valid but cannot be tokenized exactly here (say, a float 1.0 in tool
+		// arguments, which Python prints as "1.0"): route it without a prefix estimate rather
+		// than on approximate ids or not at all.
+		return nil, nil
+	case errors.Is(err, tokenizer.ErrBadChat):
+		return nil, badRequest("%v", err)
+	}
+	return nil, err
 }
 
 // idsOnly accepts token-id prompts only (TokenizerNone).
@@ -64,7 +82,9 @@ func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model strin
 	var body []byte
 	var err error
 	if g.chat {
-		body, err = json.Marshal(map[string]any{"model": g.model, "messages": g.msgs})
+		// The whole chat body: tools, chat_template_kwargs, add_generation_prompt … all change
+		// the prompt, and vLLM's and SGLang's /tokenize take them.
+		body = g.raw
 	} else {
 		body, err = json.Marshal(map[string]any{"model": g.model, "prompt": g.text})
 	}

@@ -134,6 +134,9 @@ func (h *harness) node(s nodeSpec, seed, pinsAddr string) map[string]string {
 	if s.decodePerSec > 0 {
 		args = append(args, fmt.Sprintf("--sim-decode-tokens-per-s=%g", s.decodePerSec))
 	}
+	if s.tokenizer != "" {
+		args = append(args, "--sim-tokenizer="+s.tokenizer)
+	}
 	h.start(s.id, func(ctx context.Context) int { return agentd.Main(ctx, args, io.Discard, h.logs) })
 	return waitAddrs(h.t, addrFile)
 }
@@ -155,6 +158,7 @@ type nodeSpec struct {
 	kvBlocks     int
 	pinsByGossip bool
 	decodePerSec float64 // 0: as fast as the simulator goes
+	tokenizer    string  // --sim-tokenizer; "" for the default
 }
 
 // startCluster runs `serve` and the nodes; it returns once the router routes among all of them.

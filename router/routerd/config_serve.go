@@ -171,8 +171,8 @@ func (c ServeConfig) Validate() error {
 	case frontdoor.TokenizerEngine, frontdoor.TokenizerNone:
 	default:
 		if _, err := tokenizer.New(c.Tokenizer); err != nil {
-			return bad("--tokenizer %q: %s, %s, %s or %s", c.Tokenizer, tokenizer.CL100kBase, tokenizer.Bytes,
-				frontdoor.TokenizerEngine, frontdoor.TokenizerNone)
+			return bad("--tokenizer %q: %v (want %s, %s, %sDIR, %sURL, %s or %s)", c.Tokenizer, err, tokenizer.CL100kBase, tokenizer.Bytes,
+				tokenizer.HFPrefix, tokenizer.RenderPrefix, frontdoor.TokenizerEngine, frontdoor.TokenizerNone)
 		}
 	}
 	switch {
@@ -277,7 +277,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
-	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `name` for text prompts: cl100k_base, bytes, engine (front door only) or none")
+	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `spec`: cl100k_base, bytes, hf:DIR (a model's tokenizer.json and chat template, exact in Go), render:URL (a vLLM render server), engine (front door only) or none")
 	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "front door: `requests` proxied at once before answering 429")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "front door: longest wait for a request body once admitted (408 beyond)")
 	fs.DurationVar(&cfg.FirstByteFloor, "first-byte-timeout-floor", cfg.FirstByteFloor, "front door: least wait for a stream's first byte from the engine (the deadline is 4x the node's expected TTFT, clamped)")

@@ -140,7 +140,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	var tokenize pins.TokenizeFunc
 	if tok, err := tokenizer.New(cfg.Tokenizer); err == nil { // engine and none: token ids only
 		rcfg.Tokenizer = tok
-		tokenize = func(text string) ([]uint32, error) { return tok.Encode(text), nil }
+		tokenize = func(text string) ([]uint32, error) { return tokenizer.EncodePrompt(context.Background(), tok, text) }
 	}
 	routeSrv, err := router.NewServer(router.NewView(agent.Mirror(), idx), rcfg, reg)
 	if err != nil {

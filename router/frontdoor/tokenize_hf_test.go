@@ -1,0 +1,64 @@
+package frontdoor
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
+)
+
+// TestEmbeddedHFTokenizer: with hf:DIR the front door renders chats with the model's template
+// from the whole body, adds the BOS to text prompts, answers 400 for a chat the template
+// refuses, and routes a request it cannot tokenize exactly without tokens (not approximately).
+func TestEmbeddedHFTokenizer(t *testing.T) {
+	tok, err := tokenizer.New(tokenizer.HFPrefix + tokenizertest.Dir(t, "llama3_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := embeddedTokenizer{tok: tok}
+	ctx := context.Background()
+	parse := func(body string, chat bool) *genRequest {
+		t.Helper()
+		g, err := parseGen([]byte(body), chat, http.Header{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+
+	chat := `{"model": "m", "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": false}`
+	got, err := e.tokens(ctx, parse(chat, true), "")
+	want, werr := tokenizer.EncodeChat(ctx, tok, []byte(chat), nil)
+	if err != nil || werr != nil || len(got) == 0 || !equalU32(got, want) {
+		t.Fatalf("chat: %v %v, want %v", got, err, want)
+	}
+	if got, err := e.tokens(ctx, parse(`{"prompt": "Hello, world!"}`, false), ""); err != nil || !equalU32(got, []uint32{128000, 9906, 11, 1917, 0}) {
+		t.Fatalf("text prompt: %v %v", got, err)
+	}
+
+	_, err = e.tokens(ctx, parse(`{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": true, "continue_final_message": true}`, true), "")
+	var he *httpError
+	if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
+		t.Fatalf("conflicting flags: %v, want a 400", err)
+	}
+
+	inexact := `{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"t\": 1.0}"}}]}]}`
+	if got, err := e.tokens(ctx, parse(inexact, true), ""); err != nil || got != nil {
+		t.Fatalf("inexact request: %v %v, want no tokens and no error", got, err)
+	}
+}
+
+func equalU32(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,123 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/dlclark/regexp2/v2"
+	"golang.org/x/text/unicode/norm"
+)
+
+// normalizer rewrites one piece of text between added tokens (HF normalizers operate on the
+// pieces, not on the whole input).
+type normalizer interface {
+	normalize(s string) string
+}
+
+type nfc struct{}
+
+func (nfc) normalize(s string) string { return norm.NFC.String(s) }
+
+// prepend adds its string in front of a non-empty piece.
+type prepend struct{ s string }
+
+func (p prepend) normalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return p.s + s
+}
+
+// replace replaces every non-overlapping occurrence of a literal or a regex.
+type replace struct {
+	lit     string
+	re      *regexp2.Regexp
+	content string
+}
+
+func (r replace) normalize(s string) string {
+	if r.re == nil {
+		return strings.ReplaceAll(s, r.lit, r.content)
+	}
+	return regexReplaceAll(r.re, s, r.content)
+}
+
+type normSeq []normalizer
+
+func (q normSeq) normalize(s string) string {
+	for _, n := range q {
+		s = n.normalize(s)
+	}
+	return s
+}
+
+// patternJSON is HF's pattern: {"String": "…"} or {"Regex": "…"}.
+type patternJSON struct {
+	String *string `json:"String"`
+	Regex  *string `json:"Regex"`
+}
+
+func parseNormalizer(raw json.RawMessage) (normalizer, error) {
+	typ, err := typedKind(raw, "normalizer")
+	if err != nil || typ == "" {
+		return nil, err
+	}
+	switch typ {
+	case "NFC":
+		return nfc{}, nil
+	case "Prepend":
+		var p struct {
+			Prepend string `json:"prepend"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, err
+		}
+		return prepend{p.Prepend}, nil
+	case "Replace":
+		var p struct {
+			Pattern patternJSON `json:"pattern"`
+			Content string      `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, err
+		}
+		r := replace{content: p.Content}
+		switch {
+		case p.Pattern.String != nil:
+			r.lit = *p.Pattern.String
+			if r.lit == "" {
+				return nil, unsupported("Replace normalizer with an empty pattern")
+			}
+		case p.Pattern.Regex != nil:
+			if r.re, err = compileHFRegex(*p.Pattern.Regex); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("Replace: pattern needs String or Regex")
+		}
+		return r, nil
+	case "Sequence":
+		var p struct {
+			Normalizers []json.RawMessage `json:"normalizers"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, err
+		}
+		var q normSeq
+		for i, c := range p.Normalizers {
+			n, err := parseNormalizer(c)
+			if err != nil {
+				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
+			}
+			if n != nil {
+				q = append(q, n)
+			}
+		}
+		if len(q) == 0 {
+			return nil, nil
+		}
+		return q, nil
+	}
+	return nil, unsupported("normalizer %q", typ)
+}

@@ -1,0 +1,35 @@
+// Generates tokenizer/testdata/golden/chat_<model>.json (issue 12): the chat requests of
+// chats.json, their prompts as Python Jinja2 renders them (render.py's output, argument 1), and
+// the ids HF's Rust tokenizers (npm tokenizers@0.23.2) gives those prompts with the request's
+// add_special_tokens (default false, as vLLM's chat path). Run from the repository root:
+//   /usr/bin/python3 tokenizer/testdata/gen/render.py /tmp/rendered.json
+//   node tokenizer/testdata/gen/gen_chat.mjs /tmp/rendered.json
+import { createRequire } from 'module';
+import fs from 'fs';
+import os from 'os';
+import path from 'path';
+import { effective } from './effective.mjs';
+const require = createRequire(path.resolve('.cache/tokenizers/node_modules/x.js'));
+const { Tokenizer } = require('tokenizers');
+
+const rendered = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+const cases = JSON.parse(fs.readFileSync('tokenizer/testdata/gen/chats.json', 'utf8'));
+for (const [m, res] of Object.entries(rendered)) {
+  const dir = path.join('.cache/tokenizers', m);
+  const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+  const tmp = path.join(os.tmpdir(), `pm-tok-${m}-${process.pid}.json`);
+  fs.writeFileSync(tmp, JSON.stringify(effective(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), cfg)));
+  const tok = Tokenizer.fromFile(tmp);
+  fs.unlinkSync(tmp);
+  const out = [];
+  for (let i = 0; i < cases.length; i++) {
+    const r = res[i];
+    const c = { name: cases[i].name, request: cases[i].request };
+    if (r.error !== undefined) { c.error = r.error; out.push(c); continue; }
+    c.rendered = r.rendered;
+    c.ids = (await tok.encode(r.rendered, null, { addSpecialTokens: !!cases[i].request.add_special_tokens })).getIds();
+    out.push(c);
+  }
+  fs.writeFileSync(`tokenizer/testdata/golden/chat_${m}.json`, JSON.stringify({ model: m, oracle: 'python3-jinja2 + npm tokenizers@0.23.2', cases: out }) + '\n');
+  console.log(m, out.length, 'chat cases');
+}
