@@ -2,7 +2,7 @@
 // POST /v1/completions or /v1/chat/completions it reads the body once (capped, within
 // Config.BodyTimeout), parses it with internal/openai (the engine's parser), tokenises the
 // prompt exactly as the engine will (text with the configured tokenizer, token-id arrays as they
-// are, chat messages through tokenizer.RenderChat), asks a Picker for the node whose cache holds
+// are, chat requests through tokenizer.EncodeChat: the model's own template for hf:DIR, the renderer for render:URL), asks a Picker for the node whose cache holds
 // the longest useful prefix under the load bound, and forwards the original body unchanged to that
 // node's engine, relaying the response as it arrives (SSE chunk by chunk, flushed per read). A
 // connect error, a first-byte timeout (streams: no byte of the answer within firstByteSlack × the
