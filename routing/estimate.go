@@ -10,6 +10,8 @@ type estimateScratch struct {
 	alive  []uint64 // candidate set: bit per slot still matching every block so far
 	drop   []int32  // by slot: the block index at which the slot stopped matching
 	parked []int32  // by requested node: its slot, or -1 when unknown
+	ahead  []uint64 // Overlay.Estimate: slots whose index run covers the current block
+	start  []int32  // Overlay.Estimate: by slot, the index run the walk starts from
 }
 
 func (s *estimateScratch) reset(words, slots, nodes int) {

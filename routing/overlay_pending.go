@@ -29,7 +29,7 @@ func (o *Overlay) Begin(node string, hashes []uint64, now time.Time) {
 	slot, _ := o.slots.acquire(node)
 	b := &o.pending
 	for len(b.words) <= int(slot>>6) {
-		b.words = append(b.words, make(map[uint64]uint64))
+		b.words = append(b.words, &bitTable{})
 	}
 	m, bit := b.words[slot>>6], uint64(1)<<(uint(slot)&63)
 	expired := false
@@ -48,7 +48,7 @@ func (o *Overlay) Begin(node string, hashes []uint64, now time.Time) {
 			return
 		}
 		o.holds[key] = 1
-		m[h] |= bit
+		m.set(h, m.get(h)|bit)
 		b.pairs++
 		o.pairs++
 	}
@@ -89,11 +89,7 @@ func (o *Overlay) releaseLocked(node string, hashes []uint64) {
 			o.holds[key] = n - 1
 		default:
 			delete(o.holds, key)
-			if w := m[h] &^ bit; w == 0 {
-				delete(m, h)
-			} else {
-				m[h] = w
-			}
+			m.set(h, m.get(h)&^bit) // a zero mask deletes
 			o.pending.pairs--
 			o.pairs--
 		}
@@ -108,11 +104,7 @@ func (o *Overlay) dropPendingLocked(slot int32) {
 		}
 		delete(o.holds, key)
 		m := o.pending.words[slot>>6]
-		if w := m[key.hash] &^ (uint64(1) << (uint(slot) & 63)); w == 0 {
-			delete(m, key.hash)
-		} else {
-			m[key.hash] = w
-		}
+		m.set(key.hash, m.get(key.hash)&^(uint64(1)<<(uint(slot)&63)))
 		o.pending.pairs--
 		o.pairs--
 	}

@@ -153,6 +153,14 @@ func (t *bitTable) clearBit(bit uint64) int {
 	return cleared
 }
 
+// reset empties the table, keeping its memory.
+func (t *bitTable) reset() {
+	if t.n > 0 {
+		clear(t.slots)
+		t.n = 0
+	}
+}
+
 // bytes is the table's heap footprint.
 func (t *bitTable) bytes() int64 { return int64(len(t.slots)) * 16 }
 

@@ -130,11 +130,23 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 
-	// 4. Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
+	// 4. One decision path for Route and the front door: the same policy instance, overlay and
+	// in-flight counts, whichever door a request comes through.
+	pol, err := routing.NewPolicy(cfg.Policy, cfg.policyConfig())
+	if err != nil {
+		return err
+	}
+	decider, err := routing.NewDecider(idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{})
+	if err != nil {
+		return err
+	}
+
+	// Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
 	rcfg := router.DefaultConfig()
 	rcfg.Policy = cfg.Policy
 	rcfg.PolicyConfig = cfg.policyConfig()
 	rcfg.Pins = plane.table
+	rcfg.Decider = decider
 	var tokenize pins.TokenizeFunc
 	if tok, err := tokenizer.New(cfg.Tokenizer); err == nil { // engine and none: token ids only
 		rcfg.Tokenizer = tok
@@ -153,7 +165,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	reflection.Register(grpcSrv)
 
 	// 5. The OpenAI-compatible front door beside /metrics and /healthz.
-	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, plane.table, reg, logger.With("component", "frontdoor"))
+	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, decider, plane.table, reg, logger.With("component", "frontdoor"))
 	if err != nil {
 		return err
 	}
