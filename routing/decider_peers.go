@@ -31,8 +31,14 @@ const maxPeers = 256
 // for concurrent use; the Decider's mu guards it.
 type peerLoads struct {
 	ttl    time.Duration
-	byPeer map[string]*peerReport
+	byPeer map[peerPart]*peerReport
 	sums   map[string]*InFlight
+}
+
+// peerPart names one packet of a peer's load report (AppendLoadParts).
+type peerPart struct {
+	peer string
+	part int
 }
 
 type peerReport struct {
@@ -41,7 +47,7 @@ type peerReport struct {
 }
 
 func newPeerLoads(ttl time.Duration) peerLoads {
-	return peerLoads{ttl: ttl, byPeer: make(map[string]*peerReport), sums: make(map[string]*InFlight)}
+	return peerLoads{ttl: ttl, byPeer: make(map[peerPart]*peerReport), sums: make(map[string]*InFlight)}
 }
 
 func (p *peerLoads) sum(node string) InFlight {
@@ -62,14 +68,21 @@ func (p *peerLoads) unapply(r *peerReport) {
 	}
 }
 
-func (p *peerLoads) set(peer string, loads []NodeInFlight, at time.Time) bool {
-	r := p.byPeer[peer]
+func (p *peerLoads) set(peer string, part, parts int, loads []NodeInFlight, at time.Time) bool {
+	for k, r := range p.byPeer { // a report that shrank to fewer packets: the rest are gone
+		if k.peer == peer && k.part >= parts && !at.Before(r.at) {
+			p.unapply(r)
+			delete(p.byPeer, k)
+		}
+	}
+	key := peerPart{peer, part}
+	r := p.byPeer[key]
 	if r == nil {
-		if len(p.byPeer) >= maxPeers {
+		if len(p.byPeer) >= maxPeers*MaxLoadParts {
 			return false
 		}
 		r = &peerReport{}
-		p.byPeer[peer] = r
+		p.byPeer[key] = r
 	} else {
 		if at.Before(r.at) {
 			return true // an older report overtaken by a newer one
@@ -90,10 +103,22 @@ func (p *peerLoads) set(peer string, loads []NodeInFlight, at time.Time) bool {
 }
 
 func (p *peerLoads) forget(peer string) {
-	if r := p.byPeer[peer]; r != nil {
-		p.unapply(r)
-		delete(p.byPeer, peer)
+	for k, r := range p.byPeer {
+		if k.peer == peer {
+			p.unapply(r)
+			delete(p.byPeer, k)
+		}
 	}
+}
+
+func (p *peerLoads) peers() int {
+	n := 0
+	for k := range p.byPeer {
+		if k.part == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *peerLoads) expire(now time.Time) {
@@ -105,13 +130,17 @@ func (p *peerLoads) expire(now time.Time) {
 	}
 }
 
-// SetPeerLoad replaces what peer router said about its in-flight requests: loads lists every
-// node it has requests on (others are zero), as of at (the sender's report time, or the receipt
-// time when clocks are not trusted). It reports false when the peer table is full.
-func (d *Decider) SetPeerLoad(peer string, loads []NodeInFlight, at time.Time) bool {
+// SetPeerLoad replaces part (of parts, see AppendLoadParts) of what peer router said about its
+// in-flight requests: together the parts list every node it has requests on (others are zero),
+// as of at (the receipt time: router clocks are not trusted to agree). It reports false when
+// the peer table is full or the part numbers are out of range.
+func (d *Decider) SetPeerLoad(peer string, part, parts int, loads []NodeInFlight, at time.Time) bool {
+	if parts <= 0 || parts > MaxLoadParts || part < 0 || part >= parts {
+		return false
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.peers.set(peer, loads, at)
+	return d.peers.set(peer, part, parts, loads, at)
 }
 
 // ForgetPeer drops a peer router's load (it left the cluster).
@@ -125,7 +154,7 @@ func (d *Decider) ForgetPeer(peer string) {
 func (d *Decider) Peers() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.peers.byPeer)
+	return d.peers.peers()
 }
 
 // PeerDecision records that a peer routed a request with these block hashes (or the part of
