@@ -105,6 +105,8 @@ func msgTypeName(t byte) string {
 		return "state"
 	case msgPush:
 		return "pushpull"
+	case msgShare:
+		return "share"
 	default:
 		return "other"
 	}
