@@ -35,6 +35,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router"
+	"github.com/prefixmesh/prefixmesh/router/share"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -141,6 +142,12 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 
+	// The other routers hear of every decision and of our in-flight load, and we of theirs.
+	sharer, err := share.New(share.DefaultConfig(cfg.NodeID), decider, agent, reg)
+	if err != nil {
+		return err
+	}
+
 	// Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
 	rcfg := router.DefaultConfig()
 	rcfg.Policy = cfg.Policy
@@ -177,6 +184,8 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 	undo = append(undo, func() { _ = agent.Close(context.Background()) })
+	sharer.Start(ctx)
+	undo = append(undo, sharer.Close)
 	fd.start(ctx)
 	undo = append(undo, func() { _ = fd.Shutdown(context.Background()) })
 	served := make(chan error, 2)
@@ -243,6 +252,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		logger.Warn("front door drain incomplete", "err", err)
 	}
 	plane.stopLoop() // no reconcile against a membership we are leaving
+	sharer.Close()    // the front door is drained: nothing left to tell the other routers
 	if err := agent.Close(drainCtx); err != nil {
 		logger.Warn("gossip leave", "err", err)
 	}
