@@ -252,7 +252,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		logger.Warn("front door drain incomplete", "err", err)
 	}
 	plane.stopLoop() // no reconcile against a membership we are leaving
-	sharer.Close()    // the front door is drained: nothing left to tell the other routers
+	sharer.Close()   // the front door is drained: nothing left to tell the other routers
 	if err := agent.Close(drainCtx); err != nil {
 		logger.Warn("gossip leave", "err", err)
 	}
