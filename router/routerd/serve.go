@@ -115,7 +115,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	undo = append(undo, func() { _ = plane.shutdown(context.Background()) })
 
 	// 3. The summary index and the gossip agent that feeds it.
-	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	icfg := routing.DefaultIndexConfig()
+	icfg.MaxBytes = cfg.IndexMaxBytes
+	idx := routing.NewIndex(icfg)
 	fetcher := cluster.NewGRPCFetcher(tlsCfg.dialOption())
 	defer fetcher.Close()
 	gcfg := cluster.DefaultConfig(cluster.RoleRouter, cfg.NodeID)
