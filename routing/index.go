@@ -89,7 +89,7 @@ type Index struct {
 
 	mu      sync.RWMutex // guards everything below
 	slots   slotTable
-	nodes   []nodeEntry     // by slot
+	nodes   []nodeEntry // by slot
 	words   []*bitTable // by 64-slot group: hash → bitmask of slots in the group
 	pairs   int
 	bytes   int64 // sum of the tables' bytes()
