@@ -62,7 +62,8 @@ type DeciderHooks struct {
 	// index holds it) already reports the first indexed of them.
 	OnDecision func(node string, hashes []uint64, indexed int, now time.Time)
 	// OnFirstToken: a request routed to node (Begin) at began produced its first token at now,
-	// so the node has computed and cached its prompt.
+	// so the node has computed and cached its prompt. hashes are the part of the chain beyond
+	// the first indexed blocks (what the node's summary reported at the decision).
 	OnFirstToken func(node string, hashes []uint64, indexed int, began, now time.Time)
 }
 
@@ -250,10 +251,16 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		c.extra = local.AppendBlockHashes(c.extra[:0], req.Tokens, bs, req.AdapterID)
 		c.Hashes = c.extra
 	}
+	// The overlay holds only the part of the chain beyond what the node's summary reports: an
+	// estimate extends the index's run with it (Overlay.Estimate), so a cached prefix costs
+	// nothing to hold, and a prefix the node has since evicted ends the run early (an
+	// under-report, never a false hit).
+	indexed := c.iblocks[chosen]
+	hold := c.Hashes[min(indexed, len(c.Hashes)):]
 	var t *Ticket
 	if commit == CommitBegin {
-		t = d.newTicket(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, c.Hashes)
-		t.indexed, t.began = c.iblocks[chosen], now
+		t = d.newTicket(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold)
+		t.indexed, t.began = indexed, now
 		l := d.own[id]
 		if l == nil {
 			l = new(InFlight)
@@ -271,11 +278,11 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		c.Ticket = t
 	case CommitRecord:
 		if d.overlay != nil {
-			d.overlay.Record(id, c.Hashes, now)
+			d.overlay.Record(id, hold, now)
 		}
 	}
 	if commit != CommitNone && d.hooks.OnDecision != nil {
-		d.hooks.OnDecision(id, c.Hashes, c.iblocks[chosen], now)
+		d.hooks.OnDecision(id, c.Hashes, indexed, now)
 	}
 	return nil
 }

@@ -48,9 +48,9 @@ type Overlay struct {
 	mu      sync.RWMutex // guards everything below
 	slots   slotTable
 	ring    [overlayGenerations + 1]ovBucket
-	pending ovBucket             // requests between Begin and End, live until End (pending.go)
-	holds   map[pendingKey]int32 // pending requests holding each (hash, slot)
-	pairs   int                  // in the ring and pending, against maxEntries
+	pending ovBucket  // requests between Begin and End, live until End (pending.go)
+	holds   holdTable // pending requests holding each (hash, slot)
+	pairs   int       // in the ring and pending, against maxEntries
 	refused uint64
 
 	scratch sync.Pool // *estimateScratch
@@ -72,8 +72,7 @@ func NewOverlay(ttl time.Duration, maxEntries int) *Overlay {
 		maxEntries = DefaultOverlayMaxEntries
 	}
 	width := max(int64(ttl)/overlayGenerations, 1)
-	return &Overlay{ttl: width * overlayGenerations, width: width, maxEntries: maxEntries, slots: newSlotTable(),
-		holds: make(map[pendingKey]int32)}
+	return &Overlay{ttl: width * overlayGenerations, width: width, maxEntries: maxEntries, slots: newSlotTable()}
 }
 
 func floorDiv(a, b int64) int64 {

@@ -115,11 +115,11 @@ func New(cfg Config, dec *routing.Decider, tr Transport, reg prometheus.Register
 	ttl := routing.DefaultOverlayTTL
 	dec.SetHooks(routing.DeciderHooks{
 		OnDecision: func(node string, hashes []uint64, indexed int, _ time.Time) { s.decision(node, hashes, indexed) },
-		OnFirstToken: func(node string, hashes []uint64, indexed int, began, now time.Time) {
+		OnFirstToken: func(node string, hashes []uint64, _ int, began, now time.Time) {
 			// The decision's record at the peers still covers the summary's propagation unless
 			// the request waited in a queue for more than half the overlay's TTL.
 			if now.Sub(began) > ttl/2 {
-				s.decision(node, hashes, indexed)
+				s.decision(node, hashes, 0) // hashes are already the part beyond the summary
 			}
 		},
 	})

@@ -43,11 +43,11 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 		hooks.OnDecision = func(node string, hashes []uint64, indexed int, _ time.Time) {
 			s.shareDecision(rt, node, hashes, indexed)
 		}
-		hooks.OnFirstToken = func(node string, hashes []uint64, indexed int, began, now time.Time) {
+		hooks.OnFirstToken = func(node string, hashes []uint64, _ int, began, now time.Time) {
 			// The decision's record still covers the summary's propagation unless the request
 			// waited in a queue for more than half the TTL: then refresh it at the peers.
 			if now.Sub(began) > ttl/2 {
-				s.shareDecision(rt, node, hashes, indexed)
+				s.shareDecision(rt, node, hashes, 0) // hashes are already the part beyond the summary
 			}
 		}
 	}
