@@ -28,9 +28,10 @@ type Decider struct {
 	maxPer  int
 	hooks   DeciderHooks
 
-	mu    sync.Mutex // guards own and peers; serializes Choose with the load it saw
-	own   map[string]*InFlight
-	peers peerLoads
+	mu      sync.Mutex // guards own, peers and pending; serializes Choose with the load it saw
+	own     map[string]*InFlight
+	peers   peerLoads
+	pending []*Ticket // committed requests before their first token, in a deterministic order
 
 	tickets sync.Pool // *Ticket
 }
@@ -55,16 +56,13 @@ func (l *InFlight) sub(o InFlight) {
 
 func (l InFlight) zero() bool { return l == InFlight{} }
 
-// DeciderHooks receive committed decisions, outside the lock; hashes are only valid during the
-// call. A sharer sends them to the other routers (router/share). Nil hooks are skipped.
+// DeciderHooks receive committed decisions; hashes are only valid during the call. Decide calls
+// them outside the decider's lock, RefreshPending under it: a hook must not call back into the
+// Decider (a sharer encodes and queues packets: router/share). Nil hooks are skipped.
 type DeciderHooks struct {
 	// OnDecision: a request with these block hashes was routed to node, whose summary (as the
 	// index holds it) already reports the first indexed of them.
 	OnDecision func(node string, hashes []uint64, indexed int, now time.Time)
-	// OnFirstToken: a request routed to node (Begin) at began produced its first token at now,
-	// so the node has computed and cached its prompt. hashes are the part of the chain beyond
-	// the first indexed blocks (what the node's summary reported at the decision).
-	OnFirstToken func(node string, hashes []uint64, indexed int, began, now time.Time)
 }
 
 // DeciderConfig configures a Decider.
@@ -260,7 +258,8 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	var t *Ticket
 	if commit == CommitBegin {
 		t = d.newTicket(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold)
-		t.indexed, t.began = indexed, now
+		t.shared, t.pendingAt = now, len(d.pending)
+		d.pending = append(d.pending, t)
 		l := d.own[id]
 		if l == nil {
 			l = new(InFlight)
@@ -364,11 +363,13 @@ func (d *Decider) ForgetNode(node string) {
 // prefill; Done (exactly once) ends it. Both are safe to call from any goroutine; calls after
 // Done are ignored.
 type Ticket struct {
-	d       *Decider
-	node    string
-	load    InFlight
-	indexed int       // blocks the node's summary reported at the decision
-	began   time.Time // the decision's time
+	d    *Decider
+	node string
+	load InFlight
+	// d.mu guards these two: when the decision was last reported to OnDecision, and the
+	// ticket's position in d.pending until its first token.
+	shared    time.Time
+	pendingAt int
 
 	mu     sync.Mutex // guards everything below
 	hashes *[]uint64  // held in the overlay until the first token; back to the pool at Done
@@ -385,6 +386,27 @@ func (d *Decider) newTicket(node string, load InFlight, hashes []uint64) *Ticket
 	}
 	*b = append((*b)[:0], hashes...)
 	return &Ticket{d: d, node: node, load: load, hashes: b}
+}
+
+// RefreshPending reports again, through OnDecision, every committed request still waiting for
+// its first token whose decision was last reported at least every ago: a request queued behind
+// a long prefill queue may wait longer than the overlay's TTL, and until it computes its prompt
+// no summary reports the prefix, so other routers must keep hearing of it as this router keeps
+// holding it (Overlay.Begin). Sharers call it periodically with half the overlay TTL. The
+// hashes reported are the part of the chain the overlay holds (indexed 0).
+func (d *Decider) RefreshPending(now time.Time, every time.Duration) {
+	if d.hooks.OnDecision == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range d.pending {
+		// Held under mu: Done cannot recycle the hashes before it has taken mu to drop t.
+		if now.Sub(t.shared) >= every {
+			t.shared = now
+			d.hooks.OnDecision(t.node, *t.hashes, 0, now)
+		}
+	}
 }
 
 // Node is the node the request was routed to.
@@ -419,6 +441,12 @@ func (t *Ticket) releaseLocked(now time.Time, ok, end bool) {
 	firstTime := !t.first
 	t.first = true
 	d.mu.Lock()
+	if firstTime { // swap-remove from pending
+		last := d.pending[len(d.pending)-1]
+		d.pending[t.pendingAt], last.pendingAt = last, t.pendingAt
+		d.pending[len(d.pending)-1] = nil
+		d.pending = d.pending[:len(d.pending)-1]
+	}
 	if l := d.own[t.node]; l != nil {
 		if firstTime {
 			l.PrefillTokens -= t.load.PrefillTokens
@@ -442,9 +470,6 @@ func (t *Ticket) releaseLocked(now time.Time, ok, end bool) {
 		} else {
 			d.overlay.Abort(t.node, h)
 		}
-	}
-	if ok && d.hooks.OnFirstToken != nil {
-		d.hooks.OnFirstToken(t.node, h, t.indexed, t.began, now)
 	}
 }
 

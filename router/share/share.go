@@ -112,16 +112,8 @@ func New(cfg Config, dec *routing.Decider, tr Transport, reg prometheus.Register
 	}
 	s := &Sharer{cfg: cfg, dec: dec, tr: tr, now: now, m: m,
 		out: make(chan *[]byte, cfg.QueueSize), in: make(chan []byte, cfg.QueueSize)}
-	ttl := routing.DefaultOverlayTTL
 	dec.SetHooks(routing.DeciderHooks{
 		OnDecision: func(node string, hashes []uint64, indexed int, _ time.Time) { s.decision(node, hashes, indexed) },
-		OnFirstToken: func(node string, hashes []uint64, _ int, began, now time.Time) {
-			// The decision's record at the peers still covers the summary's propagation unless
-			// the request waited in a queue for more than half the overlay's TTL.
-			if now.Sub(began) > ttl/2 {
-				s.decision(node, hashes, 0) // hashes are already the part beyond the summary
-			}
-		},
 	})
 	tr.SetShareHandler(s.receive)
 	return s, nil
@@ -214,9 +206,12 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 			s.send(*b, "decision")
 			s.bufs.Put(b)
 		case <-t.C:
+			now := s.now()
+			// Requests still queued keep being reported so the other routers keep expecting
+			// their prefix as this router does (its overlay holds them until the first token).
+			s.dec.RefreshPending(now, routing.DefaultOverlayTTL/2)
 			loads = s.dec.AppendOwnLoads(loads[:0])
 			parts = routing.AppendLoadParts(parts[:0], s.cfg.RouterID, loads) // sorts loads
-			now := s.now()
 			if equalLoads(loads, last) && now.Sub(lastSent) < s.cfg.Heartbeat {
 				continue
 			}

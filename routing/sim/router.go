@@ -39,16 +39,8 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 		views: make([]rview, len(s.nodes))}
 	var hooks routing.DeciderHooks
 	if s.sharing() {
-		ttl := s.cfg.OverlayTTL
 		hooks.OnDecision = func(node string, hashes []uint64, indexed int, _ time.Time) {
 			s.shareDecision(rt, node, hashes, indexed)
-		}
-		hooks.OnFirstToken = func(node string, hashes []uint64, _ int, began, now time.Time) {
-			// The decision's record still covers the summary's propagation unless the request
-			// waited in a queue for more than half the TTL: then refresh it at the peers.
-			if now.Sub(began) > ttl/2 {
-				s.shareDecision(rt, node, hashes, 0) // hashes are already the part beyond the summary
-			}
 		}
 	}
 	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks})
@@ -170,6 +162,8 @@ func (s *Sim) sendToPeers(rt *router, m int, size int64, kind eventKind) {
 // shareTick is a router's periodic load report: its own in-flight counts per node, sent when
 // they changed since the last report or a second has passed.
 func (rt *router) shareTick(s *Sim) {
+	// Requests still queued are reported again every half TTL, as router/share does.
+	rt.dec.RefreshPending(epoch0.Add(s.q.now), s.cfg.OverlayTTL/2)
 	rt.loads = rt.dec.AppendOwnLoads(rt.loads[:0])
 	s.parts = routing.AppendLoadParts(s.parts[:0], rt.id, rt.loads) // sorts rt.loads
 	if !slices.Equal(rt.loads, rt.lastLoad) || s.q.now-rt.lastSent >= time.Second {

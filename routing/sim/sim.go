@@ -55,8 +55,12 @@ type Config struct {
 	// Sharing makes routers tell each other their decisions and in-flight load (routing.Decider
 	// peers, DESIGN.md §10) with ShareDelay and ShareLoss; off, each router sees only its own.
 	Sharing bool
-	// ShareDelay is a router-to-router message's latency: one memberlist best-effort packet on
-	// a LAN, well under the node→router Delay, which includes the node's journal poll.
+	// ShareDelay is a router-to-router message's latency: 1 ms, one memberlist best-effort UDP
+	// datagram on a LAN (a few hundred µs) plus the sender's and receiver's queues — well under
+	// the node→router Delay, which includes the node's journal poll. It is the one knob the
+	// gap to a single router is sensitive to (requests reaching different routers within it
+	// cannot see each other): on the Mooncake trace at 8 routers, p99 TTFT is 1.01× one
+	// router's at 0, 1.05× at 1 ms and 1.06× at 5 ms.
 	ShareDelay time.Duration
 	// ShareLoss is the probability that one router-to-router packet is lost.
 	ShareLoss float64
@@ -92,7 +96,7 @@ func DefaultConfig() Config {
 		LoadInterval:        200 * time.Millisecond,
 		Routers:             1,
 		Sharing:             true,
-		ShareDelay:          5 * time.Millisecond,
+		ShareDelay:          time.Millisecond,
 		ShareInterval:       10 * time.Millisecond,
 		Policy:              routing.DefaultPolicyConfig(),
 	}
