@@ -443,6 +443,25 @@ func writeJSON(path string, rep *simReport) error {
 	return nil
 }
 
+// plotRuns picks the runs a chart shows: all of them when there is one router count, else every
+// policy at the fewest routers and prefixmesh at every other count (dozens of bars are unreadable;
+// the JSON and the table have every run).
+func plotRuns(all []sim.Result) []sim.Result {
+	fewest := 0
+	for _, r := range all {
+		if fewest == 0 || r.Routers < fewest {
+			fewest = r.Routers
+		}
+	}
+	var out []sim.Result
+	for _, r := range all {
+		if r.Routers == fewest || r.Name == routing.PolicyPrefixMesh {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // runName labels a run: the policy, and with several routers their count and sharing.
 func runName(r *sim.Result) string {
 	if r.Routers <= 1 {
@@ -463,7 +482,8 @@ func writePlot(path string, rep *simReport) error {
 	c := plot.New(w, h)
 	var names []string
 	var hit, mean, p99 []float64
-	for _, r := range rep.Policies {
+	runs := plotRuns(rep.Policies)
+	for _, r := range runs {
 		names = append(names, runName(&r))
 		hit = append(hit, 100*r.HitRatio)
 		mean = append(mean, r.TTFTMean)
@@ -482,7 +502,7 @@ func writePlot(path string, rep *simReport) error {
 		Format: func(v float64) string { return fmt.Sprintf("%.2f", v) },
 	})
 	var curves []plot.Curve
-	for i, r := range rep.Policies {
+	for i, r := range runs {
 		var xs, ys []float64
 		n := len(r.TTFTs)
 		for k := 0; k < plotPoints && n > 0; k++ {
