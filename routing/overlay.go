@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -170,11 +171,10 @@ func (o *Overlay) Estimate(hashes []uint64, nodes []string, matchedBlocks []int,
 	sc.reset(words, len(o.slots.ids), len(nodes))
 	sc.ahead = grow(sc.ahead, words)
 	clear(sc.ahead)
-	sc.start = grow(sc.start, len(o.slots.ids))
+	sc.order = sc.order[:0]
 	alive, ahead := sc.alive, sc.ahead
 	live := false
 	n := len(hashes)
-	nextDrop := n // the smallest start among ahead nodes
 	for i, id := range nodes {
 		s, ok := o.slots.lookup(id)
 		if !ok || matchedBlocks[i] >= n {
@@ -183,13 +183,20 @@ func (o *Overlay) Estimate(hashes []uint64, nodes []string, matchedBlocks []int,
 		}
 		sc.parked[i] = s
 		st := max(matchedBlocks[i], 0)
-		sc.start[s], sc.drop[s] = int32(st), int32(st)
+		sc.drop[s] = int32(st)
 		alive[s>>6] |= 1 << (uint(s) & 63)
 		if st > 0 {
 			ahead[s>>6] |= 1 << (uint(s) & 63)
-			nextDrop = min(nextDrop, st)
+			sc.order = append(sc.order, slotStart{start: int32(st), slot: s})
 		}
 		live = true
+	}
+	// Nodes leave the ahead set in order of their index runs' ends: sorted once, O(k log k).
+	slices.SortFunc(sc.order, func(a, b slotStart) int { return int(a.start - b.start) })
+	next := 0 // sc.order[next:] are still ahead
+	nextDrop := n
+	if len(sc.order) > 0 {
+		nextDrop = int(sc.order[0].start)
 	}
 	for b := 0; live && b < n; {
 		active := false
@@ -226,18 +233,15 @@ func (o *Overlay) Estimate(hashes []uint64, nodes []string, matchedBlocks []int,
 		} else {
 			b = nextDrop // every live node is still inside its index run: skip to the first end
 		}
-		if b >= nextDrop && b < n {
+		for next < len(sc.order) && int(sc.order[next].start) <= b {
+			s := sc.order[next].slot
+			ahead[s>>6] &^= 1 << (uint(s) & 63)
+			next++
+		}
+		if next < len(sc.order) {
+			nextDrop = int(sc.order[next].start)
+		} else {
 			nextDrop = n
-			for g := range ahead {
-				for m := ahead[g]; m != 0; m &= m - 1 {
-					s := g*64 + trailingZeros(m)
-					if int(sc.start[s]) <= b {
-						ahead[g] &^= 1 << (uint(s) & 63)
-					} else {
-						nextDrop = min(nextDrop, int(sc.start[s]))
-					}
-				}
-			}
 		}
 	}
 	for g, a := range alive {
