@@ -158,7 +158,7 @@ type Choice struct {
 // Decide chooses a node among nodes for req and commits the decision as commit says. nodes are
 // the candidates (the caller has already left out dead, draining, ejected and excluded nodes,
 // and those a pinned adapter may not use); Decide overwrites their InFlight fields with this
-// router's and its peers' counts and may reorder nothing. It answers ErrNoCandidates when nodes
+// router's and its peers' counts and does not reorder them. It answers ErrNoCandidates when nodes
 // is empty and ErrOverloaded when every candidate is at MaxInFlightPerNode or over the policy's
 // load guard.
 func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, commit Commit, c *Choice) error {
@@ -197,8 +197,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 
 	d.mu.Lock()
 	d.peers.expire(now)
-	// Compact the candidates under the cap; orig maps back to the caller's indices. The
-	// candidates past k are the caller's memory: swap, never drop.
+	// Keep the candidates under the cap; orig maps the kept ones back to the caller's indices.
 	c.orig = c.orig[:0]
 	kept := 0
 	atCap := false
