@@ -47,6 +47,8 @@ type Agent struct {
 	pub *publisher // node role
 	mir *Mirror    // router role
 
+	share atomic.Pointer[func([]byte)] // receiver of router-to-router share packets (share.go)
+
 	// recvHook, set by tests before Start, sees every received packet and returns the packets to
 	// deliver now (none to drop it, several to release held ones).
 	recvHook func(b []byte) [][]byte
@@ -348,6 +350,10 @@ func b2f(b bool) float64 {
 
 // received handles a user message or remote state from memberlist: copy, then hand off.
 func (a *Agent) received(b []byte) {
+	if len(b) > 0 && b[0] == msgShare {
+		a.receivedShare(append([]byte(nil), b...))
+		return
+	}
 	if a.mir == nil {
 		return // node agents consume no summaries
 	}

@@ -106,7 +106,7 @@ func registerIndexGauges(reg prometheus.Registerer, idx Index) error {
 		{"prefixmesh_index_pairs", "(block hash, node) pairs in the summary index.", func(s routing.IndexStats) float64 { return float64(s.Pairs) }},
 		{"prefixmesh_index_distinct_hashes", "Distinct block hashes in the summary index.", func(s routing.IndexStats) float64 { return float64(s.DistinctHashes) }},
 		{"prefixmesh_index_bytes", "Estimated heap held by the summary index.", func(s routing.IndexStats) float64 { return float64(s.ApproxBytes) }},
-		{"prefixmesh_index_refused_adds", "Adds refused because the index was at its pair bound (since start).", func(s routing.IndexStats) float64 { return float64(s.RefusedAdds) }},
+		{"prefixmesh_index_refused_adds", "Adds refused because the index was at its pair or byte bound (since start).", func(s routing.IndexStats) float64 { return float64(s.RefusedAdds) }},
 	} {
 		f := g.f
 		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},
@@ -125,6 +125,8 @@ func msgTypeName(t byte) string {
 		return "state"
 	case msgPush:
 		return "pushpull"
+	case msgShare:
+		return "share"
 	default:
 		return "other"
 	}

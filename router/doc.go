@@ -3,11 +3,13 @@
 // cluster.Mirror) with the summary index (routing.Index): for a request it hashes the prompt
 // once per block size in use, asks the index how many leading blocks each node holds — the
 // node's own PeekMatchedTokens, up to propagation delay — and yields routing.NodeInfo lines and
-// matched-token estimates that any routing.Policy can choose from. Server is the gRPC Router
-// service over a View and one policy (longest-prefix by default: most matched tokens, ties to
-// the least loaded node, then a rendezvous hash of the first block, so replicas with the same
-// view agree). Placement pins (DESIGN.md §7) are read through a PinTable, locally: Route and,
-// through PinnedPicker, the HTTP front door consider only the nodes a pinned adapter is pinned
-// to, and any node for an unpinned one. The HTTP front door and richer policies build on the
-// same View.
+// matched-token estimates. Server is the gRPC Router service: it lists the View's nodes as
+// candidates and decides through a routing.Decider — the same Decider, policy instance, overlay
+// and in-flight counts as the HTTP front door's picker (frontdoor.NewDeciderPicker), so one
+// request gets one answer whichever door it takes; session ids map to routing.SessionKey on both
+// paths, a fixed function, so replicas agree on sessions. A Route decision is recorded in the
+// overlay for its TTL and shared with the other routers (router/share), not counted in flight:
+// the client sends the request itself. Placement pins (DESIGN.md §7) are read through a
+// PinTable, locally: Route and, through PinnedPicker, the HTTP front door consider only the
+// nodes a pinned adapter is pinned to, and any node for an unpinned one.
 package router

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"sync"
 	"time"
@@ -38,6 +37,10 @@ type Config struct {
 	// Pins restricts a pinned adapter's requests to its nodes (DESIGN.md §6 "Candidates"); nil
 	// means no adapter is pinned.
 	Pins PinTable
+	// Decider is the decision path shared with the HTTP front door and the sharer, so that both
+	// decide with the same code and state (Policy and PolicyConfig are then the decider's); nil
+	// builds one over the view's index with an overlay of its own.
+	Decider *routing.Decider
 }
 
 // DefaultConfig returns the first version's policy: longest-prefix with routing's defaults.
@@ -50,10 +53,9 @@ type Server struct {
 	pb.UnimplementedRouterServer
 
 	view    *View
-	policy  routing.Policy
+	dec     *routing.Decider
 	tok     tokenizer.Tokenizer
 	pins    PinTable
-	seed    maphash.Seed
 	metrics *metrics
 	pool    sync.Pool // *scratch
 }
@@ -62,24 +64,36 @@ type scratch struct {
 	snap     Snapshot
 	eligible []int
 	nodes    []routing.NodeInfo
-	matched  []int
-	decision routing.Decision
+	choice   routing.Choice
 }
 
 var _ pb.RouterServer = (*Server)(nil)
 
 // NewServer returns a Router service over view; its metrics go to reg (nil: none registered).
 func NewServer(view *View, cfg Config, reg prometheus.Registerer) (*Server, error) {
-	p, err := routing.NewPolicy(cfg.Policy, cfg.PolicyConfig)
-	if err != nil {
-		return nil, fmt.Errorf("router: %w", err)
+	d := cfg.Decider
+	if d == nil {
+		idx, ok := view.index.(*routing.Index)
+		if !ok {
+			return nil, fmt.Errorf("router: a view over a %T needs Config.Decider", view.index)
+		}
+		p, err := routing.NewPolicy(cfg.Policy, cfg.PolicyConfig)
+		if err != nil {
+			return nil, fmt.Errorf("router: %w", err)
+		}
+		if d, err = routing.NewDecider(idx, routing.NewOverlay(0, 0), p, routing.DeciderConfig{}); err != nil {
+			return nil, fmt.Errorf("router: %w", err)
+		}
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("router: register metrics: %w", err)
 	}
-	return &Server{view: view, policy: p, tok: cfg.Tokenizer, pins: cfg.Pins, seed: maphash.MakeSeed(), metrics: m}, nil
+	return &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m}, nil
 }
+
+// Decider returns the server's decision path.
+func (s *Server) Decider() *routing.Decider { return s.dec }
 
 // Register adds the Router service to g.
 func (s *Server) Register(g *grpc.Server) { pb.RegisterRouterServer(g, s) }
@@ -118,7 +132,7 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 		sc = new(scratch)
 	}
 	defer s.pool.Put(sc)
-	s.view.For(tokens, req.GetAdapterId(), &sc.snap)
+	s.view.Nodes(&sc.snap)
 	sn := &sc.snap
 	allowed, pinned := allowedFilter(s.pins, req.GetAdapterId())
 	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, req.GetModel(), allowed)
@@ -129,46 +143,42 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 	if len(sc.eligible) == 0 {
 		return nil, status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q", len(sn.Nodes), req.GetModel())
 	}
-	sc.nodes, sc.matched = sc.nodes[:0], sc.matched[:0]
+	sc.nodes = sc.nodes[:0]
 	for _, i := range sc.eligible {
 		sc.nodes = append(sc.nodes, sn.Nodes[i])
-		sc.matched = append(sc.matched, sn.MatchedTokens[i])
 	}
-	rr := routing.Request{
-		Hashes:       sn.Hashes,
-		PromptTokens: len(tokens),
-		AdapterID:    req.GetAdapterId(),
-		Model:        req.GetModel(),
-		BlockSize:    sn.BlockSize,
-	}
-	if id := req.GetSessionId(); id != "" {
-		rr.SessionKey = maphash.String(s.seed, id) | 1
-	}
-	if err := s.policy.Choose(&rr, sc.nodes, sc.matched, now, &sc.decision); err != nil {
-		if errors.Is(err, routing.ErrNoCandidates) {
+	dr := routing.DecideRequest{Tokens: tokens, AdapterID: req.GetAdapterId(), Model: req.GetModel(),
+		SessionKey: routing.SessionKey(req.GetSessionId())}
+	// The client sends the request itself, so the router never sees it end: the decision is
+	// recorded in the overlay for its TTL and shared, but not counted in flight.
+	c := &sc.choice
+	if err := s.dec.Decide(&dr, sc.nodes, now, routing.CommitRecord, c); err != nil {
+		switch {
+		case errors.Is(err, routing.ErrNoCandidates):
 			return nil, status.Error(codes.Unavailable, "route: no eligible node")
+		case errors.Is(err, routing.ErrOverloaded):
+			return nil, status.Error(codes.ResourceExhausted, "route: every eligible node is at its in-flight bound")
 		}
 		return nil, status.Errorf(codes.Internal, "route: %v", err)
 	}
-	d := &sc.decision
-	chosen := sn.Meta[sc.eligible[d.Node]]
+	chosen := sn.Meta[sc.eligible[c.Node]]
 	resp := &pb.RouteResponse{
 		NodeId:                 chosen.NodeID,
 		GrpcAddress:            chosen.GRPCAddr,
 		EngineUrl:              chosen.EngineURL,
-		EstimatedMatchedTokens: int64(d.MatchedTokens),
-		Reason:                 d.Reason,
+		EstimatedMatchedTokens: int64(c.MatchedTokens),
+		Reason:                 c.Reason,
 		PromptTokens:           int64(len(tokens)),
 	}
-	for _, c := range d.Candidates {
-		score := c.Score
+	for _, cd := range c.Candidates {
+		score := cd.Score
 		if math.IsNaN(score) {
 			score = math.Inf(1)
 		}
 		resp.Candidates = append(resp.Candidates, &pb.RouteCandidate{
-			NodeId:                 sc.nodes[c.Node].ID,
-			EstimatedMatchedTokens: int64(c.MatchedTokens),
-			Load:                   c.Load,
+			NodeId:                 sc.nodes[cd.Node].ID,
+			EstimatedMatchedTokens: int64(cd.MatchedTokens),
+			Load:                   cd.Load,
 			Score:                  score,
 		})
 	}

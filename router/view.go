@@ -67,6 +67,43 @@ func (s *Snapshot) countSize(bs int) {
 	s.sizes = append(s.sizes, sizeCount{bs, 1})
 }
 
+// Nodes fills s.Nodes and s.Meta (not the estimates) with every node the mirror has synced at
+// least once, its reported load and the age the router measured on receipt: the candidates a
+// routing.Decider estimates and chooses among.
+func (v *View) Nodes(s *Snapshot) {
+	now := v.now()
+	s.Nodes, s.Meta, s.MatchedTokens = s.Nodes[:0], s.Meta[:0], s.MatchedTokens[:0]
+	for _, n := range v.mirror.Nodes() {
+		if !n.Synced {
+			continue
+		}
+		s.Nodes = append(s.Nodes, nodeInfo(&n, now))
+		s.Meta = append(s.Meta, n.Meta)
+	}
+}
+
+// nodeInfo is the routing view of a mirrored node at now.
+func nodeInfo(n *cluster.NodeStatus, now time.Time) routing.NodeInfo {
+	m := &n.Meta
+	age := time.Duration(0)
+	if !n.LoadRecv.IsZero() {
+		age = now.Sub(n.LoadRecv)
+	}
+	return routing.NodeInfo{
+		ID:                  m.NodeID,
+		Alive:               true,
+		Draining:            m.Draining,
+		Model:               m.Model,
+		QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
+		Running:             int(n.Load.Running),
+		Waiting:             int(n.Load.Waiting),
+		FreeBlocks:          int(n.Load.FreeBlocks),
+		CapacityBlocks:      int(m.KVCapacity),
+		LoadAge:             age,
+		BlockSize:           int(m.BlockSize),
+	}
+}
+
 // For fills s for a prompt: every node the mirror has synced at least once (a node still
 // loading its first summary has no estimate yet and is left out), its reported load with the
 // age the router measured on receipt, and its estimated matched tokens.
@@ -79,23 +116,7 @@ func (v *View) For(tokens []uint32, adapterID uint64, s *Snapshot) {
 			continue
 		}
 		m := n.Meta
-		age := time.Duration(0)
-		if !n.LoadRecv.IsZero() {
-			age = now.Sub(n.LoadRecv)
-		}
-		s.Nodes = append(s.Nodes, routing.NodeInfo{
-			ID:                  m.NodeID,
-			Alive:               true,
-			Draining:            m.Draining,
-			Model:               m.Model,
-			QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
-			Running:             int(n.Load.Running),
-			Waiting:             int(n.Load.Waiting),
-			FreeBlocks:          int(n.Load.FreeBlocks),
-			CapacityBlocks:      int(m.KVCapacity),
-			LoadAge:             age,
-			BlockSize:           int(m.BlockSize),
-		})
+		s.Nodes = append(s.Nodes, nodeInfo(&n, now))
 		s.Meta = append(s.Meta, m)
 		s.MatchedTokens = append(s.MatchedTokens, 0)
 		s.countSize(int(m.BlockSize))

@@ -19,4 +19,7 @@ var (
 	ErrNoCandidates = errors.New("routing: no candidate nodes")
 	// ErrUnknownPolicy: NewPolicy was given a name not in PolicyNames.
 	ErrUnknownPolicy = errors.New("routing: unknown policy")
+	// ErrOverloaded: every candidate is at the decider's in-flight cap or over the policy's load
+	// guard.
+	ErrOverloaded = errors.New("routing: every candidate is overloaded")
 )

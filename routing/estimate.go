@@ -7,9 +7,16 @@ func trailingZeros(x uint64) int { return bits.TrailingZeros64(x) }
 // estimateScratch is the per-call working memory of Estimate and Overlay.Estimate, pooled so that
 // a steady stream of estimates does not allocate.
 type estimateScratch struct {
-	alive  []uint64 // candidate set: bit per slot still matching every block so far
-	drop   []int32  // by slot: the block index at which the slot stopped matching
-	parked []int32  // by requested node: its slot, or -1 when unknown
+	alive  []uint64    // candidate set: bit per slot still matching every block so far
+	drop   []int32     // by slot: the block index at which the slot stopped matching
+	parked []int32     // by requested node: its slot, or -1 when unknown
+	ahead  []uint64    // Overlay.Estimate: slots whose index run covers the current block
+	order  []slotStart // Overlay.Estimate: the ahead slots by the end of their index runs
+}
+
+// slotStart is a slot and the block its overlay walk starts at.
+type slotStart struct {
+	start, slot int32
 }
 
 func (s *estimateScratch) reset(words, slots, nodes int) {

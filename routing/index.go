@@ -10,18 +10,26 @@ import (
 type IndexConfig struct {
 	// MaxPairs bounds the number of (block hash, node) pairs the index holds, and with it the
 	// index's memory: at most MaxPairs distinct hashes, each one 16-byte table slot at a load
-	// factor between 7/16 and 7/8, so ≤ 37 bytes per pair with no sharing at all and 21 measured
-	// at 64 nodes × 100k blocks with realistic sharing (BenchmarkIndexBytesPerPair). When the
+	// factor between 7/10 and 7/8 (bitTable grows by a quarter), so ≤ 23 bytes per pair with no
+	// sharing at all and 15.6 measured at 64 nodes × 100k blocks with realistic sharing
+	// (BenchmarkIndexBytesPerPair; 13–17 over the growth cycle). When the
 	// index is full, further adds are refused and counted per node: that node's estimate then
 	// under-reports (a shorter chain), which only costs a missed routing opportunity, never a
 	// wrong "hit".
 	MaxPairs int
+	// MaxBytes bounds the heap the index's hash tables take (IndexStats.ApproxBytes), 0 for no
+	// bound beyond MaxPairs. When an add would grow a table past it, the add is refused and
+	// counted exactly as when MaxPairs is reached: the node's estimate then stops at the first
+	// block the index could not hold — a shorter match, never a block the node does not hold —
+	// until a snapshot or removals make room. Tables only grow (in powers of two), so the bound
+	// is reached in steps and the index stays at or under it.
+	MaxBytes int64
 }
 
 // DefaultMaxPairs is 64 nodes × 128Ki blocks: a node with 80 GB of KV memory at a 16-token block
 // and ~40 KB per block (a 70B-class model with GQA, fp16, tensor-parallel shards summed) holds
 // about 128k blocks, and 64 nodes is a large fleet for one model. In the worst case (no sharing
-// between nodes, ≤ 37 bytes per pair) the index then stays under 320 MiB, ~170 MiB typically.
+// between nodes, ≤ 23 bytes per pair) the index then stays under 190 MiB, ~130 MiB typically.
 const DefaultMaxPairs = 64 << 17
 
 // DefaultIndexConfig returns the configuration used when none is given.
@@ -31,6 +39,9 @@ func DefaultIndexConfig() IndexConfig { return IndexConfig{MaxPairs: DefaultMaxP
 func (c IndexConfig) Validate() error {
 	if c.MaxPairs <= 0 {
 		return fmt.Errorf("index config: MaxPairs %d must be positive: %w", c.MaxPairs, ErrInvalid)
+	}
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("index config: MaxBytes %d must not be negative: %w", c.MaxBytes, ErrInvalid)
 	}
 	return nil
 }
@@ -74,12 +85,14 @@ type nodeEntry struct {
 // parallel, writers (ApplyDelta, ReplaceNode, RemoveNode) take the lock exclusively.
 type Index struct {
 	maxPairs int
+	maxBytes int64
 
 	mu      sync.RWMutex // guards everything below
 	slots   slotTable
 	nodes   []nodeEntry // by slot
 	words   []*bitTable // by 64-slot group: hash → bitmask of slots in the group
 	pairs   int
+	bytes   int64 // sum of the tables' bytes()
 	refused uint64
 
 	scratch sync.Pool // *estimateScratch, see estimate.go
@@ -90,7 +103,7 @@ func NewIndex(cfg IndexConfig) *Index {
 	if cfg.MaxPairs <= 0 {
 		cfg.MaxPairs = DefaultMaxPairs
 	}
-	return &Index{maxPairs: cfg.MaxPairs, slots: newSlotTable()}
+	return &Index{maxPairs: cfg.MaxPairs, maxBytes: max(cfg.MaxBytes, 0), slots: newSlotTable()}
 }
 
 // ApplyDelta applies a node's summary changes (fromSeq, toSeq], in order. It returns
@@ -229,14 +242,25 @@ func (x *Index) add(slot int32, h uint64) {
 	if w&bit != 0 {
 		return
 	}
-	if x.pairs >= x.maxPairs {
+	if x.pairs >= x.maxPairs || (x.maxBytes > 0 && x.bytes+x.addBytes(tb, w) > x.maxBytes) {
 		x.refused++
 		x.nodes[slot].refused++
 		return
 	}
+	before := tb.bytes()
 	tb.set(h, w|bit)
+	x.bytes += tb.bytes() - before
 	x.pairs++
 	x.nodes[slot].blocks++
+}
+
+// addBytes is what adding one more node to a hash whose mask is w would add to tb's footprint:
+// the growth of the table when the hash is new and the table is at its load limit.
+func (x *Index) addBytes(tb *bitTable, w uint64) int64 {
+	if w != 0 {
+		return 0
+	}
+	return tb.growBytes()
 }
 
 // remove clears slot's bit for h. Callers hold mu.
@@ -260,7 +284,10 @@ func (x *Index) clearSlot(slot int32) {
 	if n.blocks == 0 {
 		return
 	}
-	x.words[slot>>6].clearBit(uint64(1) << (uint(slot) & 63))
+	tb := x.words[slot>>6]
+	before := tb.bytes()
+	tb.clearBit(uint64(1) << (uint(slot) & 63))
+	x.bytes += tb.bytes() - before
 	x.pairs -= n.blocks
 	n.blocks = 0
 }

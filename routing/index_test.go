@@ -316,3 +316,43 @@ func TestIndexConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// The byte budget holds: adds that would grow a table past MaxBytes are refused and counted, the
+// tables stay within it, and no estimate ever claims a block its node does not hold.
+func TestIndexMaxBytes(t *testing.T) {
+	const budget = 64 << 10
+	x := NewIndex(IndexConfig{MaxPairs: 1 << 30, MaxBytes: budget})
+	truth := map[string][]uint64{}
+	for n := 0; n < 8; n++ {
+		id := fmt.Sprintf("n%d", n)
+		hs := make([]uint64, 4000)
+		for i := range hs {
+			hs[i] = uint64(n*1_000_000+i)*0x9E3779B97F4A7C15 | 1
+		}
+		hs[0], hs[1] = 7, 8 // a shared prefix
+		truth[id] = hs
+		x.ReplaceNode(id, 1, 1, hs)
+	}
+	st := x.Stats()
+	if st.ApproxBytes-int64(len(x.nodes))*64 > budget || st.RefusedAdds == 0 {
+		t.Fatalf("%+v: tables over the %d-byte budget, or nothing refused", st, budget)
+	}
+	ids := x.Nodes()
+	got := make([]int, len(ids))
+	for _, id := range ids {
+		x.Estimate(truth[id], ids, got)
+		for i, other := range ids {
+			// A match may be short (refused adds), never longer than the node's real chain.
+			real := 0
+			for real < len(truth[id]) && real < len(truth[other]) && truth[id][real] == truth[other][real] {
+				real++
+			}
+			if got[i] > real {
+				t.Fatalf("estimate for %s's prompt on %s: %d blocks, it holds %d", id, other, got[i], real)
+			}
+		}
+	}
+	if err := (IndexConfig{MaxPairs: 1, MaxBytes: -1}).Validate(); err == nil {
+		t.Fatal("accepted a negative MaxBytes")
+	}
+}

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -23,9 +24,9 @@ const overlayGenerations = 4
 
 // ovBucket holds the pairs recorded during one TTL/overlayGenerations time slice.
 type ovBucket struct {
-	k     int64               // slice number: recorded at t with floor(t / width) == k
-	used  bool                // false when empty and free for reuse
-	words []map[uint64]uint64 // like Index.words: hash → bitmask of slots per 64-slot group
+	k     int64       // slice number: recorded at t with floor(t / width) == k
+	used  bool        // false when empty and free for reuse
+	words []*bitTable // like Index.words: hash → bitmask of slots per 64-slot group
 	pairs int
 }
 
@@ -48,9 +49,9 @@ type Overlay struct {
 	mu      sync.RWMutex // guards everything below
 	slots   slotTable
 	ring    [overlayGenerations + 1]ovBucket
-	pending ovBucket             // requests between Begin and End, live until End (pending.go)
-	holds   map[pendingKey]int32 // pending requests holding each (hash, slot)
-	pairs   int                  // in the ring and pending, against maxEntries
+	pending ovBucket  // requests between Begin and End, live until End (pending.go)
+	holds   holdTable // pending requests holding each (hash, slot)
+	pairs   int       // in the ring and pending, against maxEntries
 	refused uint64
 
 	scratch sync.Pool // *estimateScratch
@@ -72,8 +73,7 @@ func NewOverlay(ttl time.Duration, maxEntries int) *Overlay {
 		maxEntries = DefaultOverlayMaxEntries
 	}
 	width := max(int64(ttl)/overlayGenerations, 1)
-	return &Overlay{ttl: width * overlayGenerations, width: width, maxEntries: maxEntries, slots: newSlotTable(),
-		holds: make(map[pendingKey]int32)}
+	return &Overlay{ttl: width * overlayGenerations, width: width, maxEntries: maxEntries, slots: newSlotTable()}
 }
 
 func floorDiv(a, b int64) int64 {
@@ -111,12 +111,12 @@ func (o *Overlay) recordLocked(node string, hashes []uint64, t int64) {
 	}
 	slot, _ := o.slots.acquire(node)
 	for len(b.words) <= int(slot>>6) {
-		b.words = append(b.words, make(map[uint64]uint64))
+		b.words = append(b.words, &bitTable{})
 	}
 	m, bit := b.words[slot>>6], uint64(1)<<(uint(slot)&63)
 	expired := false
 	for i, h := range hashes {
-		w := m[h]
+		w := m.get(h)
 		if w&bit != 0 {
 			continue
 		}
@@ -129,15 +129,19 @@ func (o *Overlay) recordLocked(node string, hashes []uint64, t int64) {
 			o.refused += uint64(len(hashes) - i)
 			return
 		}
-		m[h] = w | bit
+		m.set(h, w|bit)
 		b.pairs++
 		o.pairs++
 	}
 }
 
-// Estimate raises matchedBlocks[i] to the number of leading hashes the overlay expects on
-// nodes[i] at now (it never lowers it: callers pass in the index's estimate). It walks the chain
-// once with a shrinking candidate set, like Index.Estimate, and does not allocate in steady state.
+// Estimate raises matchedBlocks[i] to the leading run of blocks nodes[i] holds in the index or
+// the overlay together, given that the index holds its first matchedBlocks[i] (callers pass in
+// the index's estimate; it never lowers it). A record may therefore hold only the part of a
+// chain beyond what the node already reported — what a peer router shares — and still extend
+// the index's run. It walks the chain once with a shrinking candidate set, like Index.Estimate,
+// looking blocks up only for nodes whose index run has ended, and does not allocate in steady
+// state.
 func (o *Overlay) Estimate(hashes []uint64, nodes []string, matchedBlocks []int, now time.Time) {
 	matchedBlocks = matchedBlocks[:len(nodes)]
 	t := now.UnixNano()
@@ -165,43 +169,84 @@ func (o *Overlay) Estimate(hashes []uint64, nodes []string, matchedBlocks []int,
 	defer o.scratch.Put(sc)
 	words := o.slots.words()
 	sc.reset(words, len(o.slots.ids), len(nodes))
-	alive := sc.alive
+	sc.ahead = grow(sc.ahead, words)
+	clear(sc.ahead)
+	sc.order = sc.order[:0]
+	alive, ahead := sc.alive, sc.ahead
 	live := false
+	n := len(hashes)
 	for i, id := range nodes {
 		s, ok := o.slots.lookup(id)
-		if !ok {
+		if !ok || matchedBlocks[i] >= n {
 			sc.parked[i] = -1
 			continue
 		}
 		sc.parked[i] = s
+		st := max(matchedBlocks[i], 0)
+		sc.drop[s] = int32(st)
 		alive[s>>6] |= 1 << (uint(s) & 63)
+		if st > 0 {
+			ahead[s>>6] |= 1 << (uint(s) & 63)
+			sc.order = append(sc.order, slotStart{start: int32(st), slot: s})
+		}
 		live = true
 	}
-	for b := 0; live && b < len(hashes); b++ {
-		h := hashes[b]
-		live = false
+	// Nodes leave the ahead set in order of their index runs' ends: sorted once, O(k log k).
+	slices.SortFunc(sc.order, func(a, b slotStart) int { return int(a.start - b.start) })
+	next := 0 // sc.order[next:] are still ahead
+	nextDrop := n
+	if len(sc.order) > 0 {
+		nextDrop = int(sc.order[0].start)
+	}
+	for b := 0; live && b < n; {
+		active := false
 		for g, a := range alive {
-			if a == 0 {
-				continue
+			if a&^ahead[g] != 0 {
+				active = true
+				break
 			}
-			p := uint64(0)
-			for _, bk := range liveIdx[:nLive] {
-				if g < len(bk.words) {
-					p |= bk.words[g][h]
+		}
+		if active {
+			h := hashes[b]
+			live = false
+			for g, a := range alive {
+				if a == 0 {
+					continue
 				}
-			}
-			for gone := a &^ p; gone != 0; gone &= gone - 1 {
-				sc.drop[g*64+trailingZeros(gone)] = int32(b)
-			}
-			if a &= p; a != 0 {
 				live = true
+				act := a &^ ahead[g]
+				if act == 0 {
+					continue
+				}
+				p := uint64(0)
+				for _, bk := range liveIdx[:nLive] {
+					if g < len(bk.words) {
+						p |= bk.words[g].get(h)
+					}
+				}
+				for gone := act &^ p; gone != 0; gone &= gone - 1 {
+					sc.drop[g*64+trailingZeros(gone)] = int32(b)
+				}
+				alive[g] = a &^ (act &^ p)
 			}
-			alive[g] = a
+			b++
+		} else {
+			b = nextDrop // every live node is still inside its index run: skip to the first end
+		}
+		for next < len(sc.order) && int(sc.order[next].start) <= b {
+			s := sc.order[next].slot
+			ahead[s>>6] &^= 1 << (uint(s) & 63)
+			next++
+		}
+		if next < len(sc.order) {
+			nextDrop = int(sc.order[next].start)
+		} else {
+			nextDrop = n
 		}
 	}
 	for g, a := range alive {
 		for ; a != 0; a &= a - 1 {
-			sc.drop[g*64+trailingZeros(a)] = int32(len(hashes))
+			sc.drop[g*64+trailingZeros(a)] = int32(n)
 		}
 	}
 	for i, s := range sc.parked {
@@ -230,7 +275,7 @@ func (o *Overlay) expireLocked(t int64) {
 // resetBucket empties b, keeping its maps' memory for the next slice. Callers hold mu.
 func (o *Overlay) resetBucket(b *ovBucket) {
 	for _, m := range b.words {
-		clear(m)
+		m.reset()
 	}
 	o.pairs -= b.pairs
 	b.pairs, b.used = 0, false
@@ -251,19 +296,9 @@ func (o *Overlay) ForgetNode(node string) {
 		if int(slot>>6) >= len(b.words) {
 			continue
 		}
-		m := b.words[slot>>6]
-		for h, w := range m {
-			if w&bit == 0 {
-				continue
-			}
-			if w &^= bit; w == 0 {
-				delete(m, h)
-			} else {
-				m[h] = w
-			}
-			b.pairs--
-			o.pairs--
-		}
+		cleared := b.words[slot>>6].clearBit(bit)
+		b.pairs -= cleared
+		o.pairs -= cleared
 	}
 	o.slots.release(node)
 }

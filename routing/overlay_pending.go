@@ -29,14 +29,14 @@ func (o *Overlay) Begin(node string, hashes []uint64, now time.Time) {
 	slot, _ := o.slots.acquire(node)
 	b := &o.pending
 	for len(b.words) <= int(slot>>6) {
-		b.words = append(b.words, make(map[uint64]uint64))
+		b.words = append(b.words, &bitTable{})
 	}
 	m, bit := b.words[slot>>6], uint64(1)<<(uint(slot)&63)
 	expired := false
 	for i, h := range hashes {
 		key := pendingKey{h, slot}
-		if n := o.holds[key]; n > 0 {
-			o.holds[key] = n + 1
+		if n := o.holds.get(key); n > 0 {
+			o.holds.set(key, n+1)
 			continue
 		}
 		if o.pairs >= o.maxEntries && !expired {
@@ -47,8 +47,8 @@ func (o *Overlay) Begin(node string, hashes []uint64, now time.Time) {
 			o.refused += uint64(len(hashes) - i)
 			return
 		}
-		o.holds[key] = 1
-		m[h] |= bit
+		o.holds.set(key, 1)
+		m.set(h, m.get(h)|bit)
 		b.pairs++
 		o.pairs++
 	}
@@ -82,18 +82,14 @@ func (o *Overlay) releaseLocked(node string, hashes []uint64) {
 	m, bit := o.pending.words[slot>>6], uint64(1)<<(uint(slot)&63)
 	for _, h := range hashes {
 		key := pendingKey{h, slot}
-		n := o.holds[key]
+		n := o.holds.get(key)
 		switch {
 		case n == 0: // refused at Begin, or already released
 		case n > 1:
-			o.holds[key] = n - 1
+			o.holds.set(key, n-1)
 		default:
-			delete(o.holds, key)
-			if w := m[h] &^ bit; w == 0 {
-				delete(m, h)
-			} else {
-				m[h] = w
-			}
+			o.holds.set(key, 0)
+			m.set(h, m.get(h)&^bit) // a zero mask deletes
 			o.pending.pairs--
 			o.pairs--
 		}
@@ -102,18 +98,13 @@ func (o *Overlay) releaseLocked(node string, hashes []uint64) {
 
 // dropPendingLocked releases every hold of slot (ForgetNode). O(holds).
 func (o *Overlay) dropPendingLocked(slot int32) {
-	for key := range o.holds {
-		if key.slot != slot {
-			continue
-		}
-		delete(o.holds, key)
-		m := o.pending.words[slot>>6]
-		if w := m[key.hash] &^ (uint64(1) << (uint(slot) & 63)); w == 0 {
-			delete(m, key.hash)
-		} else {
-			m[key.hash] = w
-		}
+	if int(slot>>6) >= len(o.pending.words) {
+		return
+	}
+	m, bit := o.pending.words[slot>>6], uint64(1)<<(uint(slot)&63)
+	o.holds.dropSlot(slot, func(h uint64) {
+		m.set(h, m.get(h)&^bit)
 		o.pending.pairs--
 		o.pairs--
-	}
+	})
 }

@@ -5,12 +5,31 @@ import (
 	"testing"
 )
 
+// maskTable is what the index and the overlay need of a hash → node-bitmask table.
+type maskTable interface {
+	get(key uint64) uint64
+	set(key, m uint64)
+	del(key uint64)
+	clearBit(bit uint64) int
+	len() int
+}
+
 // TestBitTableMatchesMap: random sets, deletes and bit clears against a Go map, with keys drawn
 // from a small range so probe chains collide, wrap around and shift back often.
 func TestBitTableMatchesMap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+	testTableMatchesMap(t, func() maskTable { return &bitTable{} }, 64)
+}
+
+// TestBitTableFewBits: the same with few distinct bits, so masks hold several bits and clears
+// leave most of them alive.
+func TestBitTableFewBits(t *testing.T) {
+	testTableMatchesMap(t, func() maskTable { return &bitTable{} }, 3)
+}
+
+func testTableMatchesMap(t *testing.T, newTable func() maskTable, nbits int) {
+	rng := rand.New(rand.NewPCG(3, uint64(nbits)))
 	for round := 0; round < 20; round++ {
-		var tb bitTable
+		tb := newTable()
 		ref := map[uint64]uint64{}
 		keySpace := uint64(8 + rng.IntN(2000))
 		for step := 0; step < 5000; step++ {
@@ -20,7 +39,7 @@ func TestBitTableMatchesMap(t *testing.T) {
 			}
 			switch op := rng.IntN(10); {
 			case op < 6:
-				m := uint64(1) << rng.IntN(64)
+				m := uint64(1) << rng.IntN(nbits)
 				tb.set(k, tb.get(k)|m)
 				ref[k] |= m
 			case op < 8:
@@ -35,7 +54,7 @@ func TestBitTableMatchesMap(t *testing.T) {
 					ref[k] = w
 				}
 			default:
-				bit := uint64(1) << rng.IntN(64)
+				bit := uint64(1) << rng.IntN(nbits)
 				want := 0
 				for k, v := range ref {
 					if v&bit != 0 {

@@ -37,6 +37,9 @@ const (
 // simFlags are the command's flags, mapped 1:1 onto sim.Config and sim.ReadOptions.
 type simFlags struct {
 	trace, format, policies, jsonOut, plotOut string
+	routers, sharing                          string
+	shareLoss                                 float64
+	shareDelay, loadInterval, shareInterval   time.Duration
 	nodes, blocks, blockSize, limit, maxConc  int
 	parallel, systemPrompts, minLoadBound     int
 	speed, loss, prefill, decode, sessions    float64
@@ -65,6 +68,12 @@ type simConfigJSON struct {
 	MinLoadBound        int      `json:"min_load_bound"`
 	MissPenalty         float64  `json:"miss_penalty"`
 	Policies            []string `json:"policies"`
+	Routers             []int    `json:"routers"`
+	Sharing             []bool   `json:"sharing"`
+	LoadIntervalS       float64  `json:"load_interval_s"`
+	ShareDelayS         float64  `json:"share_delay_s"`
+	ShareLoss           float64  `json:"share_loss"`
+	ShareIntervalS      float64  `json:"share_interval_s"`
 }
 
 // simReport is the --json document; the unexported fields feed the table.
@@ -107,6 +116,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.minLoadBound, "min-load-bound", def.Policy.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in requests")
 	fs.DurationVar(&f.delay, "delay", def.Delay, "propagation delay of summary deltas and load reports")
 	fs.DurationVar(&f.repairDelay, "repair-delay", def.RepairDelay, "time a repair (full summary pull) takes")
+	fs.StringVar(&f.routers, "routers", "1", "comma-separated router counts to simulate (each a run per policy), e.g. 1,3,8")
+	fs.StringVar(&f.sharing, "sharing", "on", "router-to-router sharing of decisions and load: on, off, or on,off for both")
+	fs.DurationVar(&f.shareDelay, "share-delay", def.ShareDelay, "latency of a router-to-router message")
+	fs.Float64Var(&f.shareLoss, "share-loss", 0, "probability that a router-to-router packet is lost")
+	fs.DurationVar(&f.shareInterval, "share-interval", def.ShareInterval, "how often a router reports its in-flight load to the others while it changes")
+	fs.DurationVar(&f.loadInterval, "load-interval", def.LoadInterval, "how often a node reports its load (the daemons' 200 ms; 0: after every change)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -145,7 +160,16 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.PrefillTokensPerSec, cfg.DecodeTokensPerSec = f.prefill, f.decode
 	cfg.Delay, cfg.RepairDelay, cfg.Loss, cfg.Seed = f.delay, f.repairDelay, f.loss, f.seed
 	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
+	cfg.ShareDelay, cfg.ShareLoss, cfg.ShareInterval, cfg.LoadInterval = f.shareDelay, f.shareLoss, f.shareInterval, f.loadInterval
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	routerCounts, err := parseInts(f.routers)
+	if err != nil {
+		return nil, fmt.Errorf("--routers: %w", err)
+	}
+	sharings, err := parseSharing(f.sharing)
+	if err != nil {
 		return nil, err
 	}
 	if !(f.speed > 0) || f.limit < 0 {
@@ -168,18 +192,44 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		return nil, fmt.Errorf("trace %s has no requests", path)
 	}
 
+	type combo struct {
+		policy  string
+		routers int
+		sharing bool
+	}
+	var combos []combo
+	for _, r := range routerCounts {
+		for i, sh := range sharings {
+			if r == 1 && i > 0 {
+				continue // one router has nobody to share with: one run
+			}
+			for _, p := range policies {
+				combos = append(combos, combo{p, r, sh})
+			}
+		}
+	}
+	for _, c := range combos {
+		cc := cfg
+		cc.Routers, cc.Sharing = c.routers, c.sharing
+		if err := cc.Validate(); err != nil {
+			return nil, err
+		}
+	}
+
 	start := time.Now()
-	rep := &simReport{Policies: make([]sim.Result, len(policies)), trace: f.trace, cfg: cfg}
+	rep := &simReport{Policies: make([]sim.Result, len(combos)), trace: f.trace, cfg: cfg}
 	rep.Config = simConfigJSON{Trace: f.trace, Requests: len(tr.Requests), Nodes: cfg.Nodes, KVBlocks: cfg.BlocksPerNode,
 		BlockSize: cfg.BlockSize, PrefillTokensPerSec: cfg.PrefillTokensPerSec, DecodeTokensPerSec: cfg.DecodeTokensPerSec,
 		MaxConcurrent: cfg.MaxConcurrent, DelayS: cfg.Delay.Seconds(), Loss: cfg.Loss, RepairDelayS: cfg.RepairDelay.Seconds(),
 		Speed: f.speed, Limit: f.limit, Seed: f.seed, LoadFactor: cfg.Policy.LoadFactor, MinLoadBound: cfg.Policy.MinLoadBound,
-		MissPenalty: cfg.Policy.MissPenalty, Policies: policies}
+		MissPenalty: cfg.Policy.MissPenalty, Policies: policies, Routers: routerCounts, Sharing: sharings,
+		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
+		ShareIntervalS: cfg.ShareInterval.Seconds()}
 
-	// One job per policy plus the references; each is independent and deterministic, so the
+	// One job per run plus the references; each is independent and deterministic, so the
 	// results do not depend on how many run at once.
-	done := make([]atomic.Int64, len(policies))
-	errs := make([]error, len(policies)+1)
+	done := make([]atomic.Int64, len(combos))
+	errs := make([]error, len(combos)+1)
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for w := 0; w < max(1, f.parallel); w++ {
@@ -187,16 +237,17 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				if j == len(policies) {
+				if j == len(combos) {
 					rep.Reference, errs[j] = sim.References(tr, cfg)
 					continue
 				}
 				c := cfg
+				c.Routers, c.Sharing = combos[j].routers, combos[j].sharing
 				c.Progress = func(n, _ int) bool {
 					done[j].Store(int64(n))
 					return ctx.Err() == nil
 				}
-				rep.Policies[j], errs[j] = sim.Run(tr, policies[j], c)
+				rep.Policies[j], errs[j] = sim.Run(tr, combos[j].policy, c)
 			}
 		}()
 	}
@@ -207,8 +258,8 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		defer pwg.Done()
 		reportProgress(stderr, stop, done, len(tr.Requests))
 	}()
-	jobs <- len(policies) // the references first: the longest job, it overlaps the policies
-	for j := range policies {
+	jobs <- len(combos) // the references first: the longest job, it overlaps the policies
+	for j := range combos {
 		jobs <- j
 	}
 	close(jobs)
@@ -238,11 +289,42 @@ func reportProgress(w io.Writer, stop <-chan struct{}, done []atomic.Int64, tota
 				sum += done[i].Load()
 			}
 			if pct := int(100 * sum / int64(total*len(done))); pct >= last+progressStep {
-				fmt.Fprintf(w, "router sim: %d%% of %d requests × %d policies routed\n", pct, total, len(done))
+				fmt.Fprintf(w, "router sim: %d%% of %d requests × %d runs routed\n", pct, total, len(done))
 				last = pct
 			}
 		}
 	}
+}
+
+// parseInts parses a comma-separated list of router counts.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(p), "%d", &n); err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad router count %q", p)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// parseSharing parses --sharing: on, off, or both in the given order.
+func parseSharing(s string) ([]bool, error) {
+	var out []bool
+	for _, p := range strings.Split(s, ",") {
+		switch strings.TrimSpace(p) {
+		case "on":
+			out = append(out, true)
+		case "off":
+			out = append(out, false)
+		default:
+			return nil, fmt.Errorf("--sharing: %q is not on or off", p)
+		}
+	}
+	return out, nil
 }
 
 func parsePolicies(s string) ([]string, error) {
@@ -321,18 +403,26 @@ func writeTable(w io.Writer, rep *simReport) {
 	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g\n\n",
 		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\thit %\tvs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\t")
+	fmt.Fprintln(tw, "policy\trouters\tsharing\thit %\tvs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\t")
 	pooled := rep.Reference.PooledLRUHitRatio
 	for _, r := range rep.Policies {
 		vs := "-"
 		if pooled > 0 {
 			vs = fmt.Sprintf("%.1f%%", 100*r.HitRatio/pooled)
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", r.Name, 100*r.HitRatio, vs,
-			r.TTFTMean, r.TTFTP50, r.TTFTP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens)
+		share := "-"
+		if r.Routers > 1 {
+			share = "off"
+			if r.Sharing {
+				share = "on"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%.0f\t\n", r.Name, r.Routers, share, 100*r.HitRatio, vs,
+			r.TTFTMean, r.TTFTP50, r.TTFTP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens,
+			r.ShareBytesPerRouterPerSec)
 	}
-	fmt.Fprintf(tw, "pooled LRU (ref)\t%.2f\t100.0%%\t\t\t\t\t\t\t\t\t\n", 100*pooled)
-	fmt.Fprintf(tw, "infinite (ref)\t%.2f\t\t\t\t\t\t\t\t\t\t\n", 100*rep.Reference.InfiniteHitRatio)
+	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t\t\t%.2f\t100.0%%\t\t\t\t\t\t\t\t\t\t\n", 100*pooled)
+	fmt.Fprintf(tw, "infinite cache (bound)\t\t\t%.2f\t\t\t\t\t\t\t\t\t\t\t\n", 100*rep.Reference.InfiniteHitRatio)
 	tw.Flush()
 	for _, r := range rep.Policies {
 		if r.Rejected > 0 {
@@ -353,6 +443,36 @@ func writeJSON(path string, rep *simReport) error {
 	return nil
 }
 
+// plotRuns picks the runs a chart shows: all of them when there is one router count, else every
+// policy at the fewest routers and prefixmesh at every other count (dozens of bars are unreadable;
+// the JSON and the table have every run).
+func plotRuns(all []sim.Result) []sim.Result {
+	fewest := 0
+	for _, r := range all {
+		if fewest == 0 || r.Routers < fewest {
+			fewest = r.Routers
+		}
+	}
+	var out []sim.Result
+	for _, r := range all {
+		if r.Routers == fewest || r.Name == routing.PolicyPrefixMesh {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// runName labels a run: the policy, and with several routers their count and sharing.
+func runName(r *sim.Result) string {
+	if r.Routers <= 1 {
+		return r.Name
+	}
+	if r.Sharing {
+		return fmt.Sprintf("%s R=%d shared", r.Name, r.Routers)
+	}
+	return fmt.Sprintf("%s R=%d alone", r.Name, r.Routers)
+}
+
 // plotPoints bounds the points of each CDF curve: more than the pixels across adds nothing.
 const plotPoints = 400
 
@@ -362,8 +482,9 @@ func writePlot(path string, rep *simReport) error {
 	c := plot.New(w, h)
 	var names []string
 	var hit, mean, p99 []float64
-	for _, r := range rep.Policies {
-		names = append(names, r.Name)
+	runs := plotRuns(rep.Policies)
+	for _, r := range runs {
+		names = append(names, runName(&r))
 		hit = append(hit, 100*r.HitRatio)
 		mean = append(mean, r.TTFTMean)
 		p99 = append(p99, r.TTFTP99)
@@ -381,7 +502,7 @@ func writePlot(path string, rep *simReport) error {
 		Format: func(v float64) string { return fmt.Sprintf("%.2f", v) },
 	})
 	var curves []plot.Curve
-	for i, r := range rep.Policies {
+	for i, r := range runs {
 		var xs, ys []float64
 		n := len(r.TTFTs)
 		for k := 0; k < plotPoints && n > 0; k++ {
@@ -392,7 +513,7 @@ func writePlot(path string, rep *simReport) error {
 		if n > 0 {
 			xs, ys = append(xs, max(r.TTFTs[n-1], 1e-3)), append(ys, 1)
 		}
-		curves = append(curves, plot.Curve{Name: r.Name, X: xs, Y: ys, Color: plot.Palette[i%len(plot.Palette)]})
+		curves = append(curves, plot.Curve{Name: runName(&r), X: xs, Y: ys, Color: plot.Palette[i%len(plot.Palette)]})
 	}
 	c.DrawLines(image.Rect(0, h/2, w, h), plot.Lines{
 		Title:  fmt.Sprintf("TTFT distribution (CDF): %d nodes, %s", rep.cfg.Nodes, filepath.Base(rep.trace)),

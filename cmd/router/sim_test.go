@@ -55,15 +55,17 @@ func TestSimDeterministicJSON(t *testing.T) {
 		t.Fatalf("%d policies, config %v", len(doc.Policies), doc.Config)
 	}
 	for _, k := range []string{"name", "hit_ratio", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "e2e_mean_s",
-		"imbalance_prefill", "imbalance_inflight", "estimate_exact_share", "estimate_mae_tokens"} {
+		"imbalance_prefill", "imbalance_inflight", "estimate_exact_share", "estimate_mae_tokens",
+		"routers", "sharing", "share_bytes_per_router_per_s", "node_gossip_bytes_per_node_per_s", "share_messages",
+		"share_lost", "repairs"} {
 		if _, ok := doc.Policies[0][k]; !ok {
 			t.Fatalf("policy row lacks %q: %v", k, doc.Policies[0])
 		}
 	}
-	if len(doc.Policies[0]) != 10 || len(doc.Ref) != 2 {
+	if len(doc.Policies[0]) != 17 || len(doc.Ref) != 2 {
 		t.Fatalf("unexpected keys: %v %v", doc.Policies[0], doc.Ref)
 	}
-	for _, want := range []string{"prefixmesh", "dynamo-cost", "pooled LRU (ref)", "infinite (ref)"} {
+	for _, want := range []string{"prefixmesh", "dynamo-cost", "pooled LRU (reference, not a bound)", "infinite cache (bound)"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("table lacks %q:\n%s", want, out)
 		}

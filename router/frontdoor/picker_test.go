@@ -56,8 +56,8 @@ func TestPolicyPicker(t *testing.T) {
 	pk.FirstToken()
 	pk.Done(Outcome{Status: 200})
 	pk.Done(Outcome{Status: 200})
-	if p.InFlight("n2") != 0 || len(p.load) != 0 {
-		t.Fatalf("in-flight after Done: %d (%v)", p.InFlight("n2"), p.load)
+	if l := p.Decider().OwnInFlight("n2"); l != (routing.InFlight{}) {
+		t.Fatalf("in-flight after Done: %+v", l)
 	}
 	// Excluding n2 sends it elsewhere.
 	pk2, err := p.Pick(t.Context(), &PickRequest{Tokens: toks, Model: simModel}, []string{"n2"})

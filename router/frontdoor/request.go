@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // HeaderSessionID names a conversation; requests with the same value stay on one node while it
@@ -84,16 +83,13 @@ func parseGen(body []byte, chat bool, header http.Header) (*genRequest, error) {
 	return g, nil
 }
 
-// sessionKey hashes the first non-empty session name; 0 means none.
+// sessionKey is the routing key of the first non-empty session name (routing.SessionKey, the
+// function gRPC Route uses, so both paths agree); 0 means none.
 func sessionKey(names ...string) uint64 {
 	for _, n := range names {
-		if n == "" {
-			continue
+		if n != "" {
+			return routing.SessionKey(n)
 		}
-		if k := xxhash.Sum64String(n); k != 0 {
-			return k
-		}
-		return 1
 	}
 	return 0
 }

@@ -19,6 +19,10 @@ type StackConfig struct {
 	PolicyConfig routing.PolicyConfig
 	Picker       PolicyPickerConfig // Ejector is set by NewStack
 	Health       HealthConfig
+	// Decider, when set, is the decision path shared with the router's gRPC Route and its
+	// sharer (Policy, PolicyConfig and Picker.MaxInFlightPerNode are then the decider's); nil
+	// builds one over idx with an overlay of its own.
+	Decider *routing.Decider
 	// WrapPicker, when set, wraps the PolicyPicker before the server uses it (for example
 	// router.PinnedPicker, to respect placement pins).
 	WrapPicker func(Picker) Picker
@@ -51,13 +55,18 @@ func NewStack(cfg StackConfig, nodes NodeSource, idx *routing.Index, reg *promet
 	if err != nil {
 		return nil, err
 	}
-	pol, err := routing.NewPolicy(cfg.Policy, cfg.PolicyConfig)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
 	pc := cfg.Picker
 	pc.Ejector = h
-	p, err := NewPolicyPicker(nodes, idx, routing.NewOverlay(0, 0), pol, pc)
+	var p *PolicyPicker
+	if cfg.Decider != nil {
+		p, err = NewDeciderPicker(nodes, cfg.Decider, pc)
+	} else {
+		pol, perr := routing.NewPolicy(cfg.Policy, cfg.PolicyConfig)
+		if perr != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, perr)
+		}
+		p, err = NewPolicyPicker(nodes, idx, routing.NewOverlay(0, 0), pol, pc)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -50,6 +50,12 @@ type ServeConfig struct {
 	// CORSOrigins, comma-separated ("*" for any), makes the front door answer browsers from
 	// these origins; empty (default): no CORS headers.
 	CORSOrigins string
+	// IndexMaxBytes bounds the summary index's hash tables (routing.IndexConfig.MaxBytes): 256
+	// MiB, above the ~130 MiB that 64 nodes × 128k blocks take (15.6 bytes per (block, node)
+	// pair measured), so a default fleet never reaches it and a larger one degrades as defined:
+	// adds beyond it are refused and counted (the prefixmesh_index_refused_adds gauge), estimates
+	// under-report, and no estimate claims a block a node does not hold. 0: only the pair bound.
+	IndexMaxBytes int64
 
 	// TLSCert and TLSKey are this router's identity inside the cluster (PEM files): the gRPC
 	// server and the Raft transport serve with them, and they are the client certificate when
@@ -124,6 +130,7 @@ func DefaultServeConfig() ServeConfig {
 		FirstByteFloor:      frontdoor.DefaultConfig().FirstByteFloor,
 		FirstByteCeiling:    frontdoor.DefaultConfig().FirstByteCeiling,
 		StreamIdleTimeout:   frontdoor.DefaultConfig().StreamIdleTimeout,
+		IndexMaxBytes:       256 << 20,
 		RaftListen:          "127.0.0.1:7000",
 		RaftDir:             "./data/raft",
 		RaftBootstrapExpect: 1,
@@ -185,6 +192,9 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.MaxInFlight <= 0 {
 		return bad("--max-inflight %d: must be positive", c.MaxInFlight)
+	}
+	if c.IndexMaxBytes < 0 {
+		return bad("--index-max-bytes %d: must not be negative", c.IndexMaxBytes)
 	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -284,6 +294,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.FirstByteCeiling, "first-byte-timeout-ceiling", cfg.FirstByteCeiling, "front door: longest wait for a stream's first byte from the engine before retrying elsewhere")
 	fs.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", cfg.StreamIdleTimeout, "front door: a relayed stream silent this long is cut with an SSE error event")
 	fs.StringVar(&cfg.CORSOrigins, "cors-allow-origins", cfg.CORSOrigins, "front door: comma-separated `origins` answered with CORS headers (\"*\": any; empty: none)")
+	fs.Int64Var(&cfg.IndexMaxBytes, "index-max-bytes", cfg.IndexMaxBytes, "summary index memory budget in `bytes`: adds beyond it are refused and counted, estimates under-report (0: no byte bound)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "cluster certificate `file` (PEM) for gRPC and Raft, also the client certificate toward nodes and routers")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "cluster private key `file` (PEM)")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "cluster CA `file` (PEM): require client certificates on gRPC and Raft, verify servers when dialling")

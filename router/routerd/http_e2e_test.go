@@ -72,16 +72,20 @@ func TestFrontDoorEndToEnd(t *testing.T) {
 			second.node, first.node, second.estimate, second.cached)
 	}
 
-	// The router's own endpoints stay beside the front door.
+	// The router's own endpoints stay beside the front door. /healthz turns ok once the mirror
+	// has synced every node (polled every 50 ms), which may be after the requests above: wait.
 	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "prefixmesh_pins"} {
-		resp, err := http.Get("http://" + base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
-			t.Fatalf("GET %s = %d, no %q", path, resp.StatusCode, want)
-		}
+		c.eventually("GET "+path, func() error {
+			resp, err := http.Get("http://" + base + path)
+			if err != nil {
+				return err
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+				return fmt.Errorf("GET %s = %d, no %q", path, resp.StatusCode, want)
+			}
+			return nil
+		})
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router"
+	"github.com/prefixmesh/prefixmesh/router/share"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -116,7 +117,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	undo = append(undo, func() { _ = plane.shutdown(context.Background()) })
 
 	// 3. The summary index and the gossip agent that feeds it.
-	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	icfg := routing.DefaultIndexConfig()
+	icfg.MaxBytes = cfg.IndexMaxBytes
+	idx := routing.NewIndex(icfg)
 	fetcher := cluster.NewGRPCFetcher(tlsCfg.dialOption())
 	defer fetcher.Close()
 	gcfg := cluster.DefaultConfig(cluster.RoleRouter, cfg.NodeID)
@@ -132,11 +135,29 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 
-	// 4. Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
+	// 4. One decision path for Route and the front door: the same policy instance, overlay and
+	// in-flight counts, whichever door a request comes through.
+	pol, err := routing.NewPolicy(cfg.Policy, cfg.policyConfig())
+	if err != nil {
+		return err
+	}
+	decider, err := routing.NewDecider(idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{})
+	if err != nil {
+		return err
+	}
+
+	// The other routers hear of every decision and of our in-flight load, and we of theirs.
+	sharer, err := share.New(share.DefaultConfig(cfg.NodeID), decider, agent, reg)
+	if err != nil {
+		return err
+	}
+
+	// Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
 	rcfg := router.DefaultConfig()
 	rcfg.Policy = cfg.Policy
 	rcfg.PolicyConfig = cfg.policyConfig()
 	rcfg.Pins = plane.table
+	rcfg.Decider = decider
 	var tokenize pins.TokenizeFunc
 	if tok, err := tokenizer.New(cfg.Tokenizer); err == nil { // engine and none: token ids only
 		rcfg.Tokenizer = tok
@@ -160,7 +181,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	reflection.Register(grpcSrv)
 
 	// 5. The OpenAI-compatible front door beside /metrics and /healthz.
-	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, plane.table, reg, logger.With("component", "frontdoor"))
+	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, decider, plane.table, reg, logger.With("component", "frontdoor"))
 	if err != nil {
 		return err
 	}
@@ -173,6 +194,8 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 	undo = append(undo, func() { _ = agent.Close(context.Background()) })
+	sharer.Start(ctx)
+	undo = append(undo, sharer.Close)
 	fd.start(ctx)
 	undo = append(undo, func() { _ = fd.Shutdown(context.Background()) })
 	served := make(chan error, 2)
@@ -240,6 +263,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		logger.Warn("front door drain incomplete", "err", err)
 	}
 	plane.stopLoop() // no reconcile against a membership we are leaving
+	sharer.Close()   // the front door is drained: nothing left to tell the other routers
 	if err := agent.Close(drainCtx); err != nil {
 		logger.Warn("gossip leave", "err", err)
 	}

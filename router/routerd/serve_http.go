@@ -29,7 +29,7 @@ const (
 // picker wrapped in router.PinnedPicker so that placement pins hold.
 type frontDoor struct{ *frontdoor.Stack }
 
-func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *routing.Index, table router.PinTable,
+func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *routing.Index, dec *routing.Decider, table router.PinTable,
 	reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
 	nodes := frontdoor.MirrorNodes{M: mirror}
 	sc := frontdoor.DefaultStackConfig()
@@ -49,6 +49,7 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *rou
 	sc.Server.UpstreamTLS = t.upstream
 	sc.Policy = cfg.Policy
 	sc.PolicyConfig = cfg.policyConfig()
+	sc.Decider = dec
 	sc.WrapPicker = func(p frontdoor.Picker) frontdoor.Picker {
 		return router.PinnedPicker{Picker: p, Nodes: nodes, Pins: table}
 	}

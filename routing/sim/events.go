@@ -6,24 +6,29 @@ import "time"
 type eventKind uint8
 
 const (
-	evArrive      eventKind = iota // a request reaches the router (req)
-	evPrefillDone                  // node's current prefill finished (node, req)
-	evFinish                       // req's last token decoded on node
-	evDelta                        // a summary delta from node reaches the router (msg)
-	evRepair                       // the router's repair pull of node's full summary completes
-	evLoad                         // a load report from node reaches the router (msg)
+	evArrive        eventKind = iota // a request reaches a router (req)
+	evPrefillDone                    // node's current prefill finished (node, req)
+	evFinish                         // req's last token decoded on node
+	evDelta                          // a summary delta from node reaches router (msg)
+	evRepair                         // router's repair pull of node's full summary completes
+	evLoad                           // a load report from node reaches router (msg)
+	evLoadTick                       // node checks its load and reports it if it changed
+	evShareDecision                  // another router's decision reaches router (msg)
+	evShareLoad                      // another router's load report reaches router (msg)
+	evShareTick                      // router checks its own load and reports it if it changed
 )
 
 // event is one scheduled happening. Events are ordered by (at, seq): seq is the scheduling
 // order, so simultaneous events fire in the order they were scheduled and a run is a pure
 // function of its inputs.
 type event struct {
-	at   time.Duration
-	seq  uint64
-	kind eventKind
-	node int
-	req  int
-	msg  int // index into the simulator's message table (deltas, load reports)
+	at     time.Duration
+	seq    uint64
+	kind   eventKind
+	node   int
+	router int
+	req    int
+	msg    int // index into the simulator's message table (deltas, load reports, shares)
 }
 
 func (a *event) before(b *event) bool {

@@ -20,6 +20,15 @@ type Result struct {
 	EstimateExactShare float64 `json:"estimate_exact_share"` // estimate for the chosen node == actual match
 	EstimateMAETokens  float64 `json:"estimate_mae_tokens"`  // mean |estimate − actual|
 
+	// Many routers (DESIGN.md §10): how many, whether they shared, and what the wire cost.
+	Routers                      int     `json:"routers"`
+	Sharing                      bool    `json:"sharing"`
+	ShareBytesPerRouterPerSec    float64 `json:"share_bytes_per_router_per_s"`     // router → routers
+	NodeGossipBytesPerNodePerSec float64 `json:"node_gossip_bytes_per_node_per_s"` // deltas and load, node → routers
+	ShareMessages                int64   `json:"share_messages"`
+	ShareLost                    int64   `json:"share_lost"`
+	Repairs                      int     `json:"repairs"` // full-summary pulls after a gap, all routers
+
 	// Not part of the JSON contract: detail for tables, plots and tests.
 	Served   int       `json:"-"` // requests that produced a first token
 	Rejected int       `json:"-"` // requests no node could ever hold (larger than its pool)

@@ -48,7 +48,8 @@ type node struct {
 	held   []int32
 	active int
 
-	published   uint64 // journal head already sent to the router
+	published   uint64 // journal head already sent to the routers
+	lastLoad    load   // the last load report sent
 	prefillDone int64  // tokens prefilled (uncached), for the imbalance metric
 }
 

@@ -42,7 +42,36 @@ type Config struct {
 	OverlayTTL time.Duration
 	// OverlayMax bounds the overlay's (hash, node) pairs (routing.DefaultOverlayMaxEntries).
 	OverlayMax int
-	// Seed drives the loss process (the only randomness in a run).
+	// LoadInterval is how often a node sends its load report (cluster.Config.LoadInterval: the
+	// daemons' 200 ms), each arriving Delay later; between reports a router sees the last one,
+	// aged. 0 sends one after every change (an idealised, always-fresh view).
+	LoadInterval time.Duration
+
+	// Routers is the number of router replicas (1..64). Clients spread over them round-robin,
+	// or by session where the trace has one (a session's requests reach one router); each
+	// router has its own index, overlay, in-flight counts and view, and every node's deltas and
+	// load reports reach each router independently (each with the delay and loss above).
+	Routers int
+	// Sharing makes routers tell each other their decisions and in-flight load (routing.Decider
+	// peers, DESIGN.md §10) with ShareDelay and ShareLoss; off, each router sees only its own.
+	Sharing bool
+	// ShareDelay is a router-to-router message's latency: 1 ms, one memberlist best-effort UDP
+	// datagram on a LAN (a few hundred µs) plus the sender's and receiver's queues — well under
+	// the node→router Delay, which includes the node's journal poll. It is the one knob the
+	// gap to a single router is sensitive to (requests reaching different routers within it
+	// cannot see each other): on the Mooncake trace at 8 routers, p99 TTFT is 1.01× one
+	// router's at 0, 1.05× at 1 ms and 1.06× at 5 ms.
+	ShareDelay time.Duration
+	// ShareLoss is the probability that one router-to-router packet is lost.
+	ShareLoss float64
+	// ShareInterval is how often a router sends its load report while it changes, and at least
+	// every second (router/share's default, 10 ms: on the Mooncake trace at 8 routers, 50 ms
+	// cost 2.5% of the hit ratio and 2% of mean TTFT against one router, 10 ms nothing, at about
+	// the same bytes — a report goes out only when the counts changed, so the cost follows the
+	// request rate, not the interval).
+	ShareInterval time.Duration
+
+	// Seed drives the loss processes (the only randomness in a run).
 	Seed uint64
 	// Policy configures the routing policies.
 	Policy routing.PolicyConfig
@@ -64,6 +93,11 @@ func DefaultConfig() Config {
 		RepairDelay:         20 * time.Millisecond,
 		OverlayTTL:          routing.DefaultOverlayTTL,
 		OverlayMax:          routing.DefaultOverlayMaxEntries,
+		LoadInterval:        200 * time.Millisecond,
+		Routers:             1,
+		Sharing:             true,
+		ShareDelay:          time.Millisecond,
+		ShareInterval:       10 * time.Millisecond,
 		Policy:              routing.DefaultPolicyConfig(),
 	}
 }
@@ -89,8 +123,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max concurrent %d must be positive", ErrConfig, c.MaxConcurrent)
 	case c.Delay < 0 || c.RepairDelay < 0 || c.OverlayTTL < 0:
 		return fmt.Errorf("%w: negative delay", ErrConfig)
-	case !(c.Loss >= 0 && c.Loss < 1):
-		return fmt.Errorf("%w: loss %v outside [0,1)", ErrConfig, c.Loss)
+	case !(c.Loss >= 0 && c.Loss < 1) || !(c.ShareLoss >= 0 && c.ShareLoss < 1):
+		return fmt.Errorf("%w: loss %v, share loss %v outside [0,1)", ErrConfig, c.Loss, c.ShareLoss)
+	case c.Routers <= 0 || c.Routers > 64:
+		return fmt.Errorf("%w: routers %d outside 1..64", ErrConfig, c.Routers)
+	case c.LoadInterval < 0 || c.ShareDelay < 0 || c.ShareInterval < 0 || (c.Sharing && c.Routers > 1 && c.ShareInterval == 0):
+		return fmt.Errorf("%w: negative interval, or sharing without a share interval", ErrConfig)
 	}
 	return c.Policy.Validate()
 }
@@ -99,22 +137,15 @@ func (c Config) Validate() error {
 // fixed instant works; a fixed one keeps runs reproducible.
 var epoch0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// view is the router's knowledge of one node.
-type view struct {
-	rep             load // last load report received
-	inFlight        int  // this router's requests not yet finished
-	inFlightPrefill int  // their estimated uncached tokens, until first token
-	peak            int
-	repairing       bool
-}
-
 // reqState is a request's journey.
 type reqState struct {
-	node, estimate, estUncached int
-	hashes                      []uint64 // held in the overlay as pending from routing to first token
+	router, node, estimate int
+	ticket                 *routing.Ticket // the router's in-flight record, until the request ends
 }
 
-// message is a delta or a load report on its way to the router.
+// message is something on the wire: a node's delta, snapshot or load report to the routers, or
+// a router's decision or load report to the other routers. One message may be delivered to
+// several routers; refs counts the deliveries still pending.
 type message struct {
 	node     int
 	from, to uint64
@@ -122,34 +153,40 @@ type message struct {
 	full     bool // a full summary in snapshot (the journal overflowed), not a delta
 	snapshot []uint64
 	load     load
+	refs     int
+
+	peer        int // sending router (shares)
+	hashes      []uint64
+	loads       []routing.NodeInFlight
+	part, parts int
 }
 
 // Sim is one policy's run over a trace. It is single-threaded and deterministic.
 type Sim struct {
 	cfg     Config
 	trace   *Trace
-	policy  routing.Policy
-	index   *routing.Index
-	overlay *routing.Overlay
+	name    string
 	nodes   []*node
-	views   []view
+	byID    map[string]int
+	routers []*router
 	reqs    []reqState
 	q       eventQueue
 	msgs    []message
 	freeMsg []int
 	rng     *rand.Rand
 	col     collector
-	repairs int // full-summary pulls after a gap
+
+	inFlight, peak []int // per node: requests routed there and not finished (the truth)
+	rr             int   // round-robin position over routers
+	ended          int   // requests served or rejected
+
+	nodeBytes, shareBytes int64 // bytes sent node → routers and router → routers
+	shareMsgs, shareLost  int64
 
 	// scratch reused across arrivals
-	hashes  []uint64
-	ids     []string
-	infos   []routing.NodeInfo
-	blocks  []int
-	expired time.Duration // when the overlay was last expired
-	matched []int
-	dec     routing.Decision
-	events  []local.SummaryEvent
+	events []local.SummaryEvent
+	chunks []routing.ShareChunk
+	parts  []int
 }
 
 // Run replays trace through the named policy and returns its metrics.
@@ -161,33 +198,40 @@ func Run(trace *Trace, policy string, cfg Config) (Result, error) {
 	return s.Run()
 }
 
-// New builds a run of the named policy (routing.NewPolicy with cfg.Policy) without starting it.
+// New builds a run of the named policy (routing.NewPolicy with cfg.Policy, one instance per
+// router, as each router process has its own) without starting it.
 func New(trace *Trace, policy string, cfg Config) (*Sim, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p, err := routing.NewPolicy(policy, cfg.Policy)
-	if err != nil {
+	if _, err := routing.NewPolicy(policy, cfg.Policy); err != nil {
 		return nil, err
 	}
-	return NewWithPolicy(trace, p, cfg)
+	return newSim(trace, cfg, func() routing.Policy {
+		p, _ := routing.NewPolicy(policy, cfg.Policy) // validated above
+		return p
+	})
 }
 
 // NewWithPolicy builds a run of any routing.Policy, for trying a policy before it joins
-// routing.PolicyNames. The policy must not be shared with a concurrent run.
+// routing.PolicyNames. With several routers they all use p (its state, if any, is shared). The
+// policy must not be shared with a concurrent run.
 func NewWithPolicy(trace *Trace, p routing.Policy, cfg Config) (*Sim, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	return newSim(trace, cfg, func() routing.Policy { return p })
+}
+
+func newSim(trace *Trace, cfg Config, policy func() routing.Policy) (*Sim, error) {
 	s := &Sim{
-		cfg:     cfg,
-		trace:   trace,
-		policy:  p,
-		index:   routing.NewIndex(routing.DefaultIndexConfig()),
-		overlay: routing.NewOverlay(cfg.OverlayTTL, cfg.OverlayMax),
-		views:   make([]view, cfg.Nodes),
-		reqs:    make([]reqState, len(trace.Requests)),
-		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x1055)),
+		cfg:      cfg,
+		trace:    trace,
+		byID:     make(map[string]int),
+		reqs:     make([]reqState, len(trace.Requests)),
+		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x1055)),
+		inFlight: make([]int, cfg.Nodes),
+		peak:     make([]int, cfg.Nodes),
 	}
 	for i := 0; i < cfg.Nodes; i++ {
 		n, err := newNode(i, &cfg)
@@ -195,16 +239,36 @@ func NewWithPolicy(trace *Trace, p routing.Policy, cfg Config) (*Sim, error) {
 			return nil, err
 		}
 		s.nodes = append(s.nodes, n)
-		s.ids = append(s.ids, n.id)
-		// At join the router knows each node is empty and idle, and its capacity (metadata).
-		s.index.ReplaceNode(n.id, n.epoch, 0, nil)
-		s.views[i].rep = n.load(0)
+		s.byID[n.id] = i
 	}
+	for r := 0; r < cfg.Routers; r++ {
+		rt, err := newRouter(s, r, policy())
+		if err != nil {
+			return nil, err
+		}
+		s.routers = append(s.routers, rt)
+	}
+	s.name = s.routers[0].dec.Policy().Name()
 	for r := range trace.Requests {
 		s.q.schedule(event{at: trace.Requests[r].Arrival, kind: evArrive, req: r})
 	}
+	if cfg.LoadInterval > 0 {
+		for i := range s.nodes {
+			s.q.schedule(event{at: cfg.LoadInterval, kind: evLoadTick, node: i})
+		}
+	}
+	if s.sharing() {
+		for r := range s.routers {
+			s.q.schedule(event{at: cfg.ShareInterval, kind: evShareTick, router: r})
+		}
+	}
 	return s, nil
 }
+
+func (s *Sim) sharing() bool { return s.cfg.Sharing && s.cfg.Routers > 1 }
+
+// running reports whether requests remain: periodic ticks stop once every request has ended.
+func (s *Sim) running() bool { return s.ended < len(s.trace.Requests) }
 
 // Run executes every event and returns the metrics.
 func (s *Sim) Run() (Result, error) {
@@ -214,6 +278,7 @@ func (s *Sim) Run() (Result, error) {
 		if !ok {
 			break
 		}
+		now := epoch0.Add(s.q.now)
 		switch e.kind {
 		case evArrive:
 			if err := s.route(e.req); err != nil {
@@ -227,9 +292,7 @@ func (s *Sim) Run() (Result, error) {
 			n := s.nodes[e.node]
 			req := &s.trace.Requests[e.req]
 			s.col.ttft = append(s.col.ttft, seconds(s.q.now-req.Arrival))
-			s.views[e.node].inFlightPrefill -= s.reqs[e.req].estUncached
-			s.overlay.End(s.ids[e.node], s.reqs[e.req].hashes, epoch0.Add(s.q.now))
-			s.reqs[e.req].hashes = nil
+			s.reqs[e.req].ticket.FirstToken(now)
 			n.finishPrefill(s, e.req)
 			n.tryStart(s)
 			s.changed(n)
@@ -237,76 +300,83 @@ func (s *Sim) Run() (Result, error) {
 			n := s.nodes[e.node]
 			s.col.e2e = append(s.col.e2e, seconds(s.q.now-s.trace.Requests[e.req].Arrival))
 			n.finish(e.req)
-			s.views[e.node].inFlight--
+			s.end(e.req, true)
 			n.tryStart(s)
 			s.changed(n)
 		case evDelta:
-			s.deliverDelta(e.msg)
+			s.routers[e.router].deliverDelta(s, e.msg)
+			s.release(e.msg)
 		case evRepair:
-			s.repair(e.node)
+			s.routers[e.router].repair(s, e.node)
 		case evLoad:
-			s.deliverLoad(e.msg)
+			s.routers[e.router].deliverLoad(s, e.msg)
+			s.release(e.msg)
+		case evLoadTick:
+			s.loadTick(s.nodes[e.node])
+		case evShareDecision:
+			m := &s.msgs[e.msg]
+			s.routers[e.router].dec.PeerDecision(s.nodes[m.node].id, m.hashes, now)
+			s.release(e.msg)
+		case evShareLoad:
+			m := &s.msgs[e.msg]
+			s.routers[e.router].dec.SetPeerLoad(s.routers[m.peer].id, m.part, m.parts, m.loads, now)
+			s.release(e.msg)
+		case evShareTick:
+			s.routers[e.router].shareTick(s)
 		}
 	}
 	prefill := make([]float64, len(s.nodes))
 	peak := make([]float64, len(s.nodes))
 	for i, n := range s.nodes {
 		prefill[i] = float64(n.prefillDone)
-		peak[i] = float64(s.views[i].peak)
+		peak[i] = float64(s.peak[i])
 	}
-	return s.col.result(s.policy.Name(), prefill, peak), nil
+	r := s.col.result(s.name, prefill, peak)
+	r.Routers, r.Sharing = s.cfg.Routers, s.sharing()
+	if secs := s.q.now.Seconds(); secs > 0 {
+		r.NodeGossipBytesPerNodePerSec = float64(s.nodeBytes) / float64(len(s.nodes)) / secs
+		r.ShareBytesPerRouterPerSec = float64(s.shareBytes) / float64(len(s.routers)) / secs
+	}
+	r.ShareMessages, r.ShareLost = s.shareMsgs, s.shareLost
+	for _, rt := range s.routers {
+		r.Repairs += rt.repairs
+	}
+	return r, nil
 }
 
-// route chooses a node for request r and hands the request to it.
+// route hands request r to its router, which chooses a node; the request joins that node.
 func (s *Sim) route(r int) error {
 	req := &s.trace.Requests[r]
-	bs := s.cfg.BlockSize
-	now := epoch0.Add(s.q.now)
-	s.hashes = local.AppendBlockHashes(s.hashes[:0], req.Tokens, bs, 0)
-	k := len(s.nodes)
-	s.blocks, s.matched = grow(s.blocks, k), grow(s.matched, k)
-	s.index.Estimate(s.hashes, s.ids, s.blocks)
-	if s.q.now-s.expired >= s.cfg.OverlayTTL/2 { // as the daemon does, every TTL/2
-		s.overlay.Expire(now)
-		s.expired = s.q.now
+	ri := s.rr % len(s.routers)
+	if req.SessionKey != 0 {
+		ri = int(req.SessionKey % uint64(len(s.routers))) // a session's requests reach one router
+	} else {
+		s.rr++
 	}
-	s.overlay.Estimate(s.hashes, s.ids, s.blocks, now) // raises to max(index, overlay)
-	s.infos = s.infos[:0]
-	for i, n := range s.nodes {
-		s.matched[i] = s.blocks[i] * bs
-		v := &s.views[i]
-		s.infos = append(s.infos, routing.NodeInfo{
-			ID: n.id, Alive: true, PrefillTokensPerSec: s.cfg.PrefillTokensPerSec,
-			QueuedPrefillTokens: v.rep.queued, Running: v.rep.running, Waiting: v.rep.waiting,
-			FreeBlocks: v.rep.freeBlocks, CapacityBlocks: v.rep.capacityBlock,
-			LoadAge: s.q.now - v.rep.at, InFlight: v.inFlight, InFlightPrefillTokens: v.inFlightPrefill,
-			BlockSize: bs,
-		})
-	}
-	rq := routing.Request{Hashes: s.hashes, PromptTokens: len(req.Tokens), SessionKey: req.SessionKey, BlockSize: bs}
-	if err := s.policy.Choose(&rq, s.infos, s.matched, now, &s.dec); err != nil {
+	rt := s.routers[ri]
+	i, c, err := rt.route(s, req)
+	if err != nil {
 		return fmt.Errorf("route request %d: %w", r, err)
 	}
-	i := s.dec.Node
-	if i < 0 || i >= k {
-		return fmt.Errorf("route request %d: policy %s chose node %d of %d", r, s.policy.Name(), i, k)
-	}
 	st := &s.reqs[r]
-	// Pending until the first token, as the daemon does: a request queued longer than the
-	// overlay TTL must not hide its prefix from the router.
-	st.hashes = append(st.hashes[:0], s.hashes...)
-	s.overlay.Begin(s.ids[i], st.hashes, now)
-	st.node, st.estimate = i, s.matched[i]
-	st.estUncached = max(0, len(req.Tokens)-st.estimate)
-	v := &s.views[i]
-	v.inFlight++
-	v.inFlightPrefill += st.estUncached
-	v.peak = max(v.peak, v.inFlight)
+	st.router, st.node, st.estimate, st.ticket = ri, i, c.MatchedTokens, c.Ticket
+	s.inFlight[i]++
+	s.peak[i] = max(s.peak[i], s.inFlight[i])
 	n := s.nodes[i]
 	n.enqueue(s, r)
 	n.tryStart(s)
 	s.changed(n)
 	return nil
+}
+
+// end closes request r's in-flight record at its router: ok after its last token, not ok when
+// it was rejected (its prefix is then taken back out of the overlay).
+func (s *Sim) end(r int, ok bool) {
+	st := &s.reqs[r]
+	st.ticket.Done(epoch0.Add(s.q.now), ok)
+	st.ticket = nil
+	s.inFlight[st.node]--
+	s.ended++
 }
 
 // admitted records the node's actual match at admission, for hit ratio and estimate accuracy.
@@ -319,15 +389,27 @@ func (s *Sim) admitted(r, matched int) {
 // reject drops a request no node can ever hold.
 func (s *Sim) reject(n *node, r int) {
 	s.col.rejected++
-	v := &s.views[n.idx]
-	v.inFlight--
-	v.inFlightPrefill -= s.reqs[r].estUncached
-	s.overlay.Abort(s.ids[n.idx], s.reqs[r].hashes)
-	s.reqs[r].hashes = nil
+	s.end(r, false)
+}
+
+// Sizes of the node → router messages as cluster encodes them (cluster/delta.go, state.go):
+// a delta is 37 bytes plus the node id, one bit and 8 bytes per event, split into packets of at
+// most deltaPacketEvents events (cluster.MaxDeltaEvents for short ids); a state (load) report is
+// 59 bytes plus the node id.
+const (
+	deltaFixed        = 37
+	deltaPacketEvents = 150
+	stateFixed        = 59
+)
+
+func deltaBytes(id string, events int) int64 {
+	packets := max(1, (events+deltaPacketEvents-1)/deltaPacketEvents)
+	return int64(packets*(deltaFixed+len(id)) + 8*events + (events+7)/8)
 }
 
 // changed publishes what changed on n: its summary delta (or a snapshot when the journal
-// overflowed) and its load, both reaching the router after Delay.
+// overflowed) to every router, each copy lost independently, reaching them after Delay; and,
+// without a LoadInterval, its load too.
 func (s *Sim) changed(n *node) {
 	ni := n.idx
 	at := s.q.now + s.cfg.Delay
@@ -340,68 +422,62 @@ func (s *Sim) changed(n *node) {
 		msg := &s.msgs[m]
 		msg.snapshot, head = n.tree.SummarySnapshot(msg.snapshot[:0])
 		msg.full, msg.to = true, head
-		s.q.schedule(event{at: at, kind: evDelta, msg: m})
+		s.fanOut(m, at, evDelta) // a snapshot is pulled over gRPC: not lost
 	case len(s.events) > 0:
-		if s.cfg.Loss > 0 && s.rng.Float64() < s.cfg.Loss {
-			break // lost on the wire
-		}
 		m := s.newMessage(ni)
 		msg := &s.msgs[m]
 		msg.from, msg.to = n.published, head
 		for _, e := range s.events {
 			msg.changes = append(msg.changes, routing.Change{Hash: e.Hash, Added: e.Added})
 		}
-		s.q.schedule(event{at: at, kind: evDelta, msg: m})
+		s.nodeBytes += deltaBytes(n.id, len(s.events)) * int64(len(s.routers))
+		s.fanOutLossy(m, at, evDelta, s.cfg.Loss)
 	}
 	n.published = head
-	m := s.newMessage(ni)
+	if s.cfg.LoadInterval == 0 {
+		s.sendLoad(n)
+	}
+}
+
+// loadTick is a node's periodic load check: it reports when the load changed since its last
+// report, or a second has passed (the daemons' heartbeat).
+func (s *Sim) loadTick(n *node) {
+	l := n.load(s.q.now)
+	l.head = n.published
+	last := n.lastLoad
+	if l.running != last.running || l.waiting != last.waiting || l.queued != last.queued ||
+		l.freeBlocks != last.freeBlocks || l.head != last.head || s.q.now-last.at >= time.Second {
+		s.sendLoad(n)
+	}
+	if s.running() {
+		s.q.schedule(event{at: s.q.now + s.cfg.LoadInterval, kind: evLoadTick, node: n.idx})
+	}
+}
+
+func (s *Sim) sendLoad(n *node) {
+	m := s.newMessage(n.idx)
 	s.msgs[m].load = n.load(s.q.now)
-	s.msgs[m].load.head = head
-	s.q.schedule(event{at: at, kind: evLoad, msg: m})
+	s.msgs[m].load.head = n.published
+	n.lastLoad = s.msgs[m].load
+	s.nodeBytes += int64(stateFixed+len(n.id)) * int64(len(s.routers))
+	s.fanOut(m, s.q.now+s.cfg.Delay, evLoad)
 }
 
-// deliverDelta applies a delta (or snapshot) at the router; a gap starts a repair.
-func (s *Sim) deliverDelta(mi int) {
-	m := &s.msgs[mi]
-	n := s.nodes[m.node]
-	if m.full {
-		s.index.ReplaceNode(n.id, n.epoch, m.to, m.snapshot)
-	} else if err := s.index.ApplyDelta(n.id, n.epoch, m.from, m.to, m.changes); err != nil {
-		s.startRepair(m.node) // ErrGap: a delta was lost
-	}
-	s.freeMessage(mi)
-}
+// fanOut delivers message m to every router at at.
+func (s *Sim) fanOut(m int, at time.Duration, kind eventKind) { s.fanOutLossy(m, at, kind, 0) }
 
-// deliverLoad installs a load report. The report also carries the node's summary head, so a
-// router whose index is behind it with no delta left in flight (the last delta was lost: deltas
-// travel ahead of the report that follows them) repairs without waiting for the next delta.
-func (s *Sim) deliverLoad(mi int) {
-	m := &s.msgs[mi]
-	v := &s.views[m.node]
-	if m.load.at >= v.rep.at {
-		v.rep = m.load
+// fanOutLossy delivers message m to every router at at, each copy lost with probability loss.
+func (s *Sim) fanOutLossy(m int, at time.Duration, kind eventKind, loss float64) {
+	for r := range s.routers {
+		if loss > 0 && s.rng.Float64() < loss {
+			continue // lost on the wire
+		}
+		s.msgs[m].refs++
+		s.q.schedule(event{at: at, kind: kind, router: r, msg: m})
 	}
-	if _, seq, _, _ := s.index.NodeState(s.nodes[m.node].id); seq < m.load.head {
-		s.startRepair(m.node)
+	if s.msgs[m].refs == 0 {
+		s.freeMessage(m)
 	}
-	s.freeMessage(mi)
-}
-
-// startRepair schedules a full-summary pull from node ni unless one is under way.
-func (s *Sim) startRepair(ni int) {
-	if v := &s.views[ni]; !v.repairing {
-		v.repairing = true
-		s.q.schedule(event{at: s.q.now + s.cfg.RepairDelay, kind: evRepair, node: ni})
-	}
-}
-
-// repair pulls node ni's full summary (NodeCache.GetSummary) and installs it.
-func (s *Sim) repair(ni int) {
-	n := s.nodes[ni]
-	hashes, head := n.tree.SummarySnapshot(nil)
-	s.index.ReplaceNode(n.id, n.epoch, head, hashes)
-	s.views[ni].repairing = false
-	s.repairs++
 }
 
 func (s *Sim) newMessage(node int) int {
@@ -415,16 +491,16 @@ func (s *Sim) newMessage(node int) int {
 	return len(s.msgs) - 1
 }
 
+// release marks one delivery of message i done, recycling it after the last.
+func (s *Sim) release(i int) {
+	if s.msgs[i].refs--; s.msgs[i].refs <= 0 {
+		s.freeMessage(i)
+	}
+}
+
 // freeMessage recycles a delivered message, keeping its slices' capacity.
 func (s *Sim) freeMessage(i int) {
 	m := &s.msgs[i]
-	*m = message{changes: m.changes[:0], snapshot: m.snapshot[:0]}
+	*m = message{changes: m.changes[:0], snapshot: m.snapshot[:0], hashes: m.hashes[:0], loads: m.loads[:0]}
 	s.freeMsg = append(s.freeMsg, i)
-}
-
-func grow(b []int, n int) []int {
-	if cap(b) < n {
-		return make([]int, n)
-	}
-	return b[:n]
 }

@@ -174,9 +174,9 @@ func TestPoliciesAndReferences(t *testing.T) {
 		if !(r.TTFTP50 <= r.TTFTP99 && r.TTFTMean <= r.E2EMean && r.ImbalancePrefill >= 1) {
 			t.Fatalf("%s: inconsistent metrics %+v", p, r)
 		}
-		for i, v := range s.views {
-			if v.inFlight != 0 || v.inFlightPrefill != 0 {
-				t.Fatalf("%s: node %d: router still counts %d in flight, %d prefill tokens", p, i, v.inFlight, v.inFlightPrefill)
+		for _, n := range s.nodes {
+			if l := s.routers[0].dec.OwnInFlight(n.id); l != (routing.InFlight{}) {
+				t.Fatalf("%s: node %s: router still counts %+v in flight", p, n.id, l)
 			}
 		}
 	}
@@ -215,11 +215,11 @@ func TestLossRepairs(t *testing.T) {
 	if r.Served != len(tr.Requests) {
 		t.Fatalf("served %d", r.Served)
 	}
-	if s.repairs == 0 {
+	if r.Repairs == 0 {
 		t.Fatal("no repairs with 30% loss")
 	}
 	for _, n := range s.nodes {
-		_, seq, blocks, _ := s.index.NodeState(n.id)
+		_, seq, blocks, _ := s.routers[0].index.NodeState(n.id)
 		snap, head := n.tree.SummarySnapshot(nil)
 		if seq != head || blocks != len(snap) {
 			t.Fatalf("%s: index at seq %d with %d blocks, node at %d with %d", n.id, seq, blocks, head, len(snap))

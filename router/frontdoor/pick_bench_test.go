@@ -1,0 +1,80 @@
+package frontdoor
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// BenchmarkPickDecision is the whole routing decision of the front door (candidates, hashing,
+// index and overlay estimates, policy, in-flight and overlay bookkeeping, FirstToken and Done)
+// for a prompt over 64 nodes, each holding a different-length prefix of it, against hashing the
+// same tokens (the floor) in the same run. "overlay" first routes 300 requests sharing the
+// prompt's first half with their own second halves through the picker, each reaching its first
+// token, so the overlay holds ~300 recent chains on the nodes they went to, as under load.
+func BenchmarkPickDecision(b *testing.B) {
+	for _, tokens := range []int{8192, 65536} {
+		const nodes, bs = 64, 16
+		toks := make([]uint32, tokens)
+		for i := range toks {
+			toks[i] = uint32(i*7919) % 100000
+		}
+		hashes := local.BlockHashes(toks, bs, 0)
+		b.Run(fmt.Sprintf("%dk/hash-only", tokens/1024), func(b *testing.B) {
+			b.ReportAllocs()
+			dst := make([]uint64, 0, len(hashes))
+			for b.Loop() {
+				dst = local.AppendBlockHashes(dst[:0], toks, bs, 0)
+			}
+		})
+		for _, withOverlay := range []bool{false, true} {
+			list := &nodeList{}
+			idx := routing.NewIndex(routing.DefaultIndexConfig())
+			var targets []NodeTarget
+			for i := range nodes {
+				id := fmt.Sprintf("node-%02d", i)
+				targets = append(targets, target(id, "http://"+id))
+				idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
+			}
+			list.set(targets)
+			pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			name := "empty-overlay"
+			if withOverlay {
+				name = "overlay"
+				for r := range 300 {
+					other := append([]uint32(nil), toks[:tokens/2]...)
+					for j := tokens / 2; j < tokens; j++ {
+						other = append(other, uint32(1_000_000+r*tokens+j))
+					}
+					pk, err := p.Pick(b.Context(), &PickRequest{Tokens: other, Model: simModel}, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					pk.FirstToken()
+					pk.Done(Outcome{Status: 200})
+				}
+			}
+			req := &PickRequest{Tokens: toks, Model: simModel}
+			b.Run(fmt.Sprintf("%dk/%s", tokens/1024, name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					pk, err := p.Pick(b.Context(), req, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					pk.FirstToken()
+					pk.Done(Outcome{Status: 200})
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// replica is one router process's decision state over a shared view: its own Decider (own
+// overlay, in-flight counts and policy instance), its gRPC Route and its front-door picker.
+type replica struct {
+	route  pb.RouterClient
+	picker *frontdoor.PolicyPicker
+}
+
+func newReplica(t *testing.T, mirror fakeMirror, idx *routing.Index) replica {
+	t.Helper()
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := routing.NewDecider(idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Decider = d
+	srv, err := NewServer(NewView(mirror, idx), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := frontdoor.NewDeciderPicker(frontdoor.MirrorNodes{M: mirror}, d, frontdoor.PolicyPickerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return replica{route: startServer(t, srv), picker: pk}
+}
+
+// Two replicas with the same view agree on every session, whichever door each request takes:
+// the session key is routing.SessionKey on both paths (no per-process seed), and gRPC Route and
+// the front door's picker decide through the same Decider code.
+func TestReplicasAgreeOnSessionsOverBothPaths(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	var mirror fakeMirror
+	for i := range 8 {
+		id := fmt.Sprintf("n%d", i)
+		mirror = append(mirror, node(id, 16, true, 0))
+		idx.ReplaceNode(id, 1, 1, nil)
+	}
+	a, b := newReplica(t, mirror, idx), newReplica(t, mirror, idx)
+	ctx := context.Background()
+	spread := map[string]int{}
+	for s := range 64 {
+		session := fmt.Sprintf("conversation-%d", s)
+		toks := seq(48, uint32(1000*s))
+		ra, err := a.route.Route(ctx, &pb.RouteRequest{Tokens: toks, SessionId: session})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := b.route.Route(ctx, &pb.RouteRequest{Tokens: toks, SessionId: session})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &frontdoor.PickRequest{Tokens: toks, SessionKey: frontdoorSessionKey(session)}
+		pa, err := a.picker.Pick(ctx, req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb2, err := b.picker.Pick(ctx, req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pa.Done(frontdoor.Outcome{Status: 200})
+		pb2.Done(frontdoor.Outcome{Status: 200})
+		if ra.NodeId != rb.NodeId || ra.NodeId != pa.NodeID || pa.NodeID != pb2.NodeID {
+			t.Fatalf("session %q: gRPC %s / %s, HTTP %s / %s", session, ra.NodeId, rb.NodeId, pa.NodeID, pb2.NodeID)
+		}
+		if ra.Reason != routing.ReasonSession || pa.Reason != routing.ReasonSession {
+			t.Fatalf("session %q: reasons %q, %q", session, ra.Reason, pa.Reason)
+		}
+		spread[ra.NodeId]++
+	}
+	if len(spread) < 4 {
+		t.Fatalf("64 sessions landed on %d of 8 nodes: %v", len(spread), spread)
+	}
+}
+
+// frontdoorSessionKey is the key the front door derives from an X-Session-ID header (its
+// sessionKey is unexported; it is routing.SessionKey of the first non-empty name).
+func frontdoorSessionKey(name string) uint64 { return routing.SessionKey(name) }
+
+// A Route decision and a front-door decision on the same replica are the same code: a prefix
+// routed through gRPC is expected on its node by the next front-door request (the overlay is
+// shared), and vice versa.
+func TestRouteAndFrontDoorShareState(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	var mirror fakeMirror
+	for i := range 4 {
+		id := fmt.Sprintf("n%d", i)
+		mirror = append(mirror, node(id, 16, true, 0))
+		idx.ReplaceNode(id, 1, 1, nil)
+	}
+	r := newReplica(t, mirror, idx)
+	toks := seq(256, 7)
+	resp, err := r.route.Route(context.Background(), &pb.RouteRequest{Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	longer := append(append([]uint32(nil), toks...), seq(64, 90000)...)
+	pk, err := r.picker.Pick(context.Background(), &frontdoor.PickRequest{Tokens: longer}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pk.Done(frontdoor.Outcome{Status: 200})
+	if pk.NodeID != resp.NodeId || pk.EstimatedMatchedTokens != 256 {
+		t.Fatalf("front door chose %s with %d matched; Route had sent the prefix to %s", pk.NodeID, pk.EstimatedMatchedTokens, resp.NodeId)
+	}
+}

@@ -1,0 +1,45 @@
+package share
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+type metrics struct {
+	queued, sent, received *prometheus.CounterVec // by kind: decision, load
+	sentBytes              *prometheus.CounterVec // by kind
+	drops                  *prometheus.CounterVec // by reason
+}
+
+func newMetrics(reg prometheus.Registerer, dec *routing.Decider) (*metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &metrics{
+		queued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_share_queued_packets_total", Help: "Share packets queued to send to the other routers, by kind.",
+		}, []string{"kind"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_share_sent_packets_total", Help: "Share packets sent to the other routers (each to every one), by kind.",
+		}, []string{"kind"}),
+		sentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_share_sent_bytes_total", Help: "Bytes of share packets sent, counted once per packet (multiply by the other routers for the wire), by kind.",
+		}, []string{"kind"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_share_received_packets_total", Help: "Share packets from other routers applied, by kind.",
+		}, []string{"kind"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prefixmesh_share_dropped_packets_total", Help: "Share packets dropped, by reason.",
+		}, []string{"reason"}),
+	}
+	peers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "prefixmesh_share_peers", Help: "Other routers whose in-flight load report counts.",
+	}, func() float64 { return float64(dec.Peers()) })
+	for _, c := range []prometheus.Collector{m.queued, m.sent, m.sentBytes, m.received, m.drops, peers} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

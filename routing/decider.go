@@ -1,0 +1,509 @@
+package routing
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/local"
+)
+
+// Decider is the router's one decision path (DESIGN.md §6, §10): the gRPC Route, the HTTP front
+// door and the simulator all choose through it, so the same request meets the same code and the
+// same state. It owns what only this router knows — its in-flight requests per node and the
+// overlay of prefixes it has just routed — and folds in what other routers told it about theirs
+// (decider_peers.go). For a request it hashes the prompt once per block size among the
+// candidates, estimates each candidate's matched tokens as max(index, overlay) × block size,
+// fills the in-flight fields of every candidate (this router's plus its peers'), applies the
+// per-node in-flight cap and lets the policy choose, all under one lock with the load it saw, so
+// concurrent requests see each other. Committing a decision (Begin or Record) updates the
+// in-flight counts and the overlay and reports it to the OnDecision hook, which a sharer sends
+// to the other routers. It does no IO, starts no goroutines and reads the clock only through
+// `now` arguments. Safe for concurrent use.
+type Decider struct {
+	index   *Index
+	overlay *Overlay // nil: no overlay
+	policy  Policy
+	maxPer  int
+	hooks   DeciderHooks
+
+	mu      sync.Mutex // guards own, peers and pending; serializes Choose with the load it saw
+	own     map[string]*InFlight
+	peers   peerLoads
+	pending []*Ticket // committed requests before their first token, in a deterministic order
+
+	tickets sync.Pool // *Ticket
+}
+
+// InFlight is a router's load on one node: requests sent and not finished, their prompt tokens,
+// and the uncached prefill tokens of those not yet at their first token.
+type InFlight struct {
+	Requests, Tokens, PrefillTokens int
+}
+
+func (l *InFlight) add(o InFlight) {
+	l.Requests += o.Requests
+	l.Tokens += o.Tokens
+	l.PrefillTokens += o.PrefillTokens
+}
+
+func (l *InFlight) sub(o InFlight) {
+	l.Requests -= o.Requests
+	l.Tokens -= o.Tokens
+	l.PrefillTokens -= o.PrefillTokens
+}
+
+func (l InFlight) zero() bool { return l == InFlight{} }
+
+// DeciderHooks receive committed decisions; hashes are only valid during the call. Decide calls
+// them outside the decider's lock, RefreshPending under it: a hook must not call back into the
+// Decider (a sharer encodes and queues packets: router/share). Nil hooks are skipped.
+type DeciderHooks struct {
+	// OnDecision: a request with these block hashes was routed to node, whose summary (as the
+	// index holds it) already reports the first indexed of them.
+	OnDecision func(node string, hashes []uint64, indexed int, now time.Time)
+}
+
+// DeciderConfig configures a Decider.
+type DeciderConfig struct {
+	// MaxInFlightPerNode is a hard cap on the requests in flight to one node as this router
+	// sees them (its own and its peers'), beyond the policy's bounded-load guard (which is
+	// relative to the mean and so never refuses); when every candidate is at the cap Decide
+	// answers ErrOverloaded. 0 (default) disables it: the engine's own queue bound is the
+	// backstop then.
+	MaxInFlightPerNode int
+	// PeerLoadTTL is how long another router's load report counts without a refresh
+	// (DefaultPeerLoadTTL when 0).
+	PeerLoadTTL time.Duration
+	Hooks       DeciderHooks
+}
+
+// NewDecider returns a decider over the summary index, the overlay (nil disables it) and a
+// policy.
+func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig) (*Decider, error) {
+	if index == nil || policy == nil {
+		return nil, fmt.Errorf("new decider: an index and a policy are required: %w", ErrInvalid)
+	}
+	if cfg.MaxInFlightPerNode < 0 || cfg.PeerLoadTTL < 0 {
+		return nil, fmt.Errorf("new decider: MaxInFlightPerNode %d, PeerLoadTTL %v must not be negative: %w",
+			cfg.MaxInFlightPerNode, cfg.PeerLoadTTL, ErrInvalid)
+	}
+	ttl := cfg.PeerLoadTTL
+	if ttl == 0 {
+		ttl = DefaultPeerLoadTTL
+	}
+	return &Decider{index: index, overlay: overlay, policy: policy, maxPer: cfg.MaxInFlightPerNode, hooks: cfg.Hooks,
+		own: make(map[string]*InFlight), peers: newPeerLoads(ttl)}, nil
+}
+
+// SetHooks replaces the hooks (before the decider is used concurrently with the change).
+func (d *Decider) SetHooks(h DeciderHooks) { d.hooks = h }
+
+// Policy returns the decider's policy.
+func (d *Decider) Policy() Policy { return d.policy }
+
+// Index returns the summary index the decider reads.
+func (d *Decider) Index() *Index { return d.index }
+
+// Overlay returns the decider's overlay (nil when disabled).
+func (d *Decider) Overlay() *Overlay { return d.overlay }
+
+// DecideRequest is the request being routed.
+type DecideRequest struct {
+	Tokens     []uint32 // the prompt, as the engine will see it
+	AdapterID  uint64
+	Model      string
+	SessionKey uint64 // 0 = none; SessionKey(name) for a named session
+}
+
+// Commit says what a decision changes.
+type Commit uint8
+
+const (
+	// CommitNone only decides (a dry run: nothing is recorded).
+	CommitNone Commit = iota
+	// CommitRecord records the routed prefix in the overlay with the TTL and reports the
+	// decision, but counts nothing in flight: the router will not see the request end (gRPC
+	// Route, where the client sends the request itself).
+	CommitRecord
+	// CommitBegin counts the request in flight on the chosen node and holds its prefix in the
+	// overlay until the Ticket's FirstToken or Done (the HTTP front door).
+	CommitBegin
+)
+
+// Choice is a decision and its working memory; reuse one per goroutine so steady-state decisions
+// do not allocate. Node and Candidates[i].Node index the nodes slice given to Decide.
+type Choice struct {
+	Node          int
+	MatchedTokens int
+	Reason        string
+	Candidates    []Candidate
+	// Hashes are the prompt's block hashes at the chosen node's block size (valid until the next
+	// Decide with this Choice).
+	Hashes []uint64
+	// Ticket is the committed request (CommitBegin only): call its Done exactly once.
+	Ticket *Ticket
+
+	dec     Decision
+	ids     []string
+	orig    []int
+	blocks  []int
+	iblocks []int
+	matched []int
+	hashes  []uint64
+	extra   []uint64
+}
+
+// Decide chooses a node among nodes for req and commits the decision as commit says. nodes are
+// the candidates (the caller has already left out dead, draining, ejected and excluded nodes,
+// and those a pinned adapter may not use); Decide overwrites their InFlight fields with this
+// router's and its peers' counts and does not reorder them. It answers ErrNoCandidates when nodes
+// is empty and ErrOverloaded when every candidate is at MaxInFlightPerNode or over the policy's
+// load guard.
+func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, commit Commit, c *Choice) error {
+	c.Node, c.MatchedTokens, c.Reason, c.Ticket = -1, 0, "", nil
+	c.Candidates = c.Candidates[:0]
+	if len(nodes) == 0 {
+		return ErrNoCandidates
+	}
+	k := len(nodes)
+	c.ids = grow(c.ids, k)
+	for i := range nodes {
+		c.ids[i] = nodes[i].ID
+	}
+	c.blocks, c.matched, c.iblocks = grow(c.blocks, k), grow(c.matched, k), grow(c.iblocks, k)
+	bs0 := blockSizeOf(&nodes[0])
+	c.hashes = local.AppendBlockHashes(c.hashes[:0], req.Tokens, bs0, req.AdapterID)
+	d.estimate(c.hashes, c.ids, c.blocks, c.iblocks, now)
+	mixed := false
+	for i := range nodes {
+		c.matched[i] = c.blocks[i] * bs0
+		if blockSizeOf(&nodes[i]) != bs0 {
+			mixed = true
+		}
+	}
+	if mixed { // rare: a fleet normally has one block size
+		for i := range nodes {
+			if bs := blockSizeOf(&nodes[i]); bs != bs0 {
+				c.extra = local.AppendBlockHashes(c.extra[:0], req.Tokens, bs, req.AdapterID)
+				d.estimate(c.extra, c.ids[i:i+1], c.blocks[i:i+1], c.iblocks[i:i+1], now)
+				c.matched[i] = c.blocks[i] * bs
+			}
+		}
+	}
+	rq := Request{Hashes: c.hashes, PromptTokens: len(req.Tokens), AdapterID: req.AdapterID, Model: req.Model,
+		SessionKey: req.SessionKey, BlockSize: bs0}
+
+	d.mu.Lock()
+	d.peers.expire(now)
+	// Keep the candidates under the cap; orig maps the kept ones back to the caller's indices.
+	c.orig = c.orig[:0]
+	kept := 0
+	atCap := false
+	for i := range nodes {
+		n := &nodes[i]
+		l := d.inFlightLocked(n.ID)
+		n.InFlight, n.InFlightTokens, n.InFlightPrefillTokens = l.Requests, l.Tokens, l.PrefillTokens
+		if d.maxPer > 0 && n.InFlight >= d.maxPer {
+			atCap = true
+			continue
+		}
+		c.orig = append(c.orig, i)
+		kept++
+	}
+	if kept == 0 {
+		d.mu.Unlock()
+		if atCap {
+			return ErrOverloaded
+		}
+		return ErrNoCandidates
+	}
+	cands, matched := nodes, c.matched
+	if kept < k {
+		// Gather the kept candidates into the front of a scratch copy (rare: only with a cap).
+		cands = make([]NodeInfo, kept)
+		matched = c.blocks[:kept] // blocks is no longer needed
+		for j, i := range c.orig {
+			cands[j], matched[j] = nodes[i], c.matched[i]
+		}
+	}
+	if err := d.policy.Choose(&rq, cands, matched, now, &c.dec); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	if allExcluded(c.dec.Candidates) {
+		d.mu.Unlock()
+		return ErrOverloaded
+	}
+	chosen := c.orig[c.dec.Node]
+	c.Node, c.MatchedTokens, c.Reason = chosen, c.dec.MatchedTokens, c.dec.Reason
+	for _, cd := range c.dec.Candidates {
+		cd.Node = c.orig[cd.Node]
+		c.Candidates = append(c.Candidates, cd)
+	}
+	id := nodes[chosen].ID
+	c.Hashes = c.hashes
+	if bs := blockSizeOf(&nodes[chosen]); bs != bs0 {
+		c.extra = local.AppendBlockHashes(c.extra[:0], req.Tokens, bs, req.AdapterID)
+		c.Hashes = c.extra
+	}
+	// The overlay holds only the part of the chain beyond what the node's summary reports: an
+	// estimate extends the index's run with it (Overlay.Estimate), so a cached prefix costs
+	// nothing to hold, and a prefix the node has since evicted ends the run early (an
+	// under-report, never a false hit).
+	indexed := c.iblocks[chosen]
+	hold := c.Hashes[min(indexed, len(c.Hashes)):]
+	var t *Ticket
+	if commit == CommitBegin {
+		t = d.newTicket(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold)
+		t.shared, t.pendingAt = now, len(d.pending)
+		d.pending = append(d.pending, t)
+		l := d.own[id]
+		if l == nil {
+			l = new(InFlight)
+			d.own[id] = l
+		}
+		l.add(t.load)
+	}
+	d.mu.Unlock()
+
+	switch commit {
+	case CommitBegin:
+		if d.overlay != nil {
+			d.overlay.Begin(id, *t.hashes, now)
+		}
+		c.Ticket = t
+	case CommitRecord:
+		if d.overlay != nil {
+			d.overlay.Record(id, hold, now)
+		}
+	}
+	if commit != CommitNone && d.hooks.OnDecision != nil {
+		d.hooks.OnDecision(id, c.Hashes, indexed, now)
+	}
+	return nil
+}
+
+// inFlightLocked is this router's plus its peers' load on node. Callers hold mu.
+func (d *Decider) inFlightLocked(node string) InFlight {
+	var l InFlight
+	if o := d.own[node]; o != nil {
+		l = *o
+	}
+	l.add(d.peers.sum(node))
+	return l
+}
+
+// estimate writes the index's matched blocks per node into iblocks and the leading run of index
+// and overlay together into blocks.
+func (d *Decider) estimate(hashes []uint64, ids []string, blocks, iblocks []int, now time.Time) {
+	d.index.Estimate(hashes, ids, blocks)
+	copy(iblocks, blocks)
+	if d.overlay != nil {
+		d.overlay.Estimate(hashes, ids, blocks, now)
+	}
+}
+
+// OwnInFlight returns this router's own load on node (not its peers').
+func (d *Decider) OwnInFlight(node string) InFlight {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l := d.own[node]; l != nil {
+		return *l
+	}
+	return InFlight{}
+}
+
+// TotalInFlight returns the load on node as this router sees it: its own plus its peers'.
+func (d *Decider) TotalInFlight(node string, now time.Time) InFlight {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.peers.expire(now)
+	return d.inFlightLocked(node)
+}
+
+// AppendOwnLoads appends this router's non-zero load per node, for a sharer's load report.
+func (d *Decider) AppendOwnLoads(dst []NodeInFlight) []NodeInFlight {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, l := range d.own {
+		dst = append(dst, NodeInFlight{Node: id, InFlight: *l})
+	}
+	return dst
+}
+
+// NodeInFlight is one node's line in a load report.
+type NodeInFlight struct {
+	Node string
+	InFlight
+}
+
+// Expire drops expired overlay buckets and peer reports. Daemons call it periodically (every
+// overlay bucket width keeps memory tight).
+func (d *Decider) Expire(now time.Time) {
+	if d.overlay != nil {
+		d.overlay.Expire(now)
+	}
+	d.mu.Lock()
+	d.peers.expire(now)
+	d.mu.Unlock()
+}
+
+// ForgetNode drops everything this router recorded for node in its overlay (it left or
+// restarted). In-flight counts stay until their requests end.
+func (d *Decider) ForgetNode(node string) {
+	if d.overlay != nil {
+		d.overlay.ForgetNode(node)
+	}
+}
+
+// Ticket is one committed (CommitBegin) request. FirstToken (optional, at most once) ends its
+// prefill; Done (exactly once) ends it. Both are safe to call from any goroutine; calls after
+// Done are ignored.
+type Ticket struct {
+	d    *Decider
+	node string
+	load InFlight
+	// d.mu guards these two: when the decision was last reported to OnDecision, and the
+	// ticket's position in d.pending until its first token.
+	shared    time.Time
+	pendingAt int
+
+	mu     sync.Mutex // guards everything below
+	hashes *[]uint64  // held in the overlay until the first token; back to the pool at Done
+	first  bool
+	done   bool
+}
+
+// newTicket copies hashes into a pooled buffer: the one piece of a request's state that grows
+// with the prompt, so that steady-state decisions allocate nothing of that size.
+func (d *Decider) newTicket(node string, load InFlight, hashes []uint64) *Ticket {
+	b, _ := d.tickets.Get().(*[]uint64)
+	if b == nil {
+		b = new([]uint64)
+	}
+	*b = append((*b)[:0], hashes...)
+	return &Ticket{d: d, node: node, load: load, hashes: b}
+}
+
+// RefreshPending reports again, through OnDecision, every committed request still waiting for
+// its first token whose decision was last reported at least every ago: a request queued behind
+// a long prefill queue may wait longer than the overlay's TTL, and until it computes its prompt
+// no summary reports the prefix, so other routers must keep hearing of it as this router keeps
+// holding it (Overlay.Begin). Sharers call it periodically with half the overlay TTL. The
+// hashes reported are the part of the chain the overlay holds (indexed 0).
+func (d *Decider) RefreshPending(now time.Time, every time.Duration) {
+	if d.hooks.OnDecision == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range d.pending {
+		// Held under mu: Done cannot recycle the hashes before it has taken mu to drop t.
+		if now.Sub(t.shared) >= every {
+			t.shared = now
+			d.hooks.OnDecision(t.node, *t.hashes, 0, now)
+		}
+	}
+}
+
+// Node is the node the request was routed to.
+func (t *Ticket) Node() string { return t.node }
+
+// FirstToken records that the request produced its first token at now: its prefill is no longer
+// queued and the node has cached its prompt (the overlay keeps it for the TTL from now).
+func (t *Ticket) FirstToken(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.done {
+		t.releaseLocked(now, true, false)
+	}
+}
+
+// Done records that the request ended at now; ok says whether it succeeded (a failed request
+// before its first token takes its prefix back out of the overlay).
+func (t *Ticket) Done(now time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return
+	}
+	t.done = true
+	t.releaseLocked(now, ok, true)
+	t.d.tickets.Put(t.hashes)
+	t.hashes = nil
+}
+
+func (t *Ticket) releaseLocked(now time.Time, ok, end bool) {
+	d := t.d
+	firstTime := !t.first
+	t.first = true
+	d.mu.Lock()
+	if firstTime { // swap-remove from pending
+		last := d.pending[len(d.pending)-1]
+		d.pending[t.pendingAt], last.pendingAt = last, t.pendingAt
+		d.pending[len(d.pending)-1] = nil
+		d.pending = d.pending[:len(d.pending)-1]
+	}
+	if l := d.own[t.node]; l != nil {
+		if firstTime {
+			l.PrefillTokens -= t.load.PrefillTokens
+		}
+		if end {
+			l.Requests -= t.load.Requests
+			l.Tokens -= t.load.Tokens
+			if l.Requests <= 0 {
+				delete(d.own, t.node)
+			}
+		}
+	}
+	d.mu.Unlock()
+	if !firstTime {
+		return
+	}
+	h := *t.hashes
+	if d.overlay != nil {
+		if ok {
+			d.overlay.End(t.node, h, now)
+		} else {
+			d.overlay.Abort(t.node, h)
+		}
+	}
+}
+
+// blockSizeOf is the node's block size, 16 (vLLM's default) when it did not report one.
+func blockSizeOf(n *NodeInfo) int {
+	if n.BlockSize > 0 {
+		return n.BlockSize
+	}
+	return 16
+}
+
+// allExcluded reports whether a policy marked every candidate as excluded by its load guard.
+func allExcluded(c []Candidate) bool {
+	if len(c) == 0 {
+		return false
+	}
+	for i := range c {
+		if !math.IsInf(c[i].Score, 1) {
+			return false
+		}
+	}
+	return true
+}
+
+// SessionKey is the routing key of a named session (a conversation id): the same name gives
+// the same key in every router process and on every path (gRPC Route's session_id, the HTTP
+// front door's X-Session-ID, session_id or user), so replicas agree on a session's node. 0 is
+// "no session", so the empty name gives 0 and a name hashing to 0 gives 1.
+func SessionKey(name string) uint64 {
+	if name == "" {
+		return 0
+	}
+	// FNV-1a (64-bit) then the splitmix64 finaliser: a fixed, seedless function.
+	if k := mix64(nodeIDHash(name)); k != 0 {
+		return k
+	}
+	return 1
+}

@@ -1,0 +1,167 @@
+package routing
+
+import "time"
+
+// What other routers tell this one (DESIGN.md §10). Views of replicas differ only by what each
+// router alone knows: its in-flight requests and the prefixes it has just routed. A sharer
+// (router/share over memberlist; routing/sim with a delay and loss) carries two things between
+// routers, and the decider folds both into every decision:
+//
+//   - load reports: a router's absolute in-flight counts per node (requests, prompt tokens,
+//     uncached prefill tokens), sent periodically. Absolute, not deltas, so a lost report costs
+//     one interval of staleness and never a drift; a peer that stops reporting is forgotten after
+//     the PeerLoadTTL.
+//   - decisions: "a request with these block hashes went to node k", recorded in the overlay with
+//     its TTL exactly as this router's own Record. A sender may send only the part of the chain
+//     beyond what k's summary already reports (Overlay.Estimate extends the index's run), so a
+//     decision on a cached prefix costs a few bytes; a lost one only delays what the node's own
+//     summary will say anyway. Nothing a peer says reaches the index: the node remains the only
+//     authority on what it caches.
+
+// DefaultPeerLoadTTL is how long a peer's load report counts without a refresh: sharers report
+// every 100 ms while anything changes and at least every second, so 3 s is three missed
+// heartbeats — a router that left or was partitioned away stops inflating loads soon after.
+const DefaultPeerLoadTTL = 3 * time.Second
+
+// maxPeers bounds the routers whose load is kept: far beyond any real deployment (the chart's
+// default is 3), it bounds the memory a flood of forged router ids could take.
+const maxPeers = 256
+
+// peerLoads holds the latest load report of each peer router and their per-node sums. Not safe
+// for concurrent use; the Decider's mu guards it.
+type peerLoads struct {
+	ttl    time.Duration
+	byPeer map[peerPart]*peerReport
+	sums   map[string]*InFlight
+}
+
+// peerPart names one packet of a peer's load report (AppendLoadParts).
+type peerPart struct {
+	peer string
+	part int
+}
+
+type peerReport struct {
+	at    time.Time
+	loads []NodeInFlight
+}
+
+func newPeerLoads(ttl time.Duration) peerLoads {
+	return peerLoads{ttl: ttl, byPeer: make(map[peerPart]*peerReport), sums: make(map[string]*InFlight)}
+}
+
+func (p *peerLoads) sum(node string) InFlight {
+	if s := p.sums[node]; s != nil {
+		return *s
+	}
+	return InFlight{}
+}
+
+func (p *peerLoads) unapply(r *peerReport) {
+	for _, l := range r.loads {
+		if s := p.sums[l.Node]; s != nil {
+			s.sub(l.InFlight)
+			if s.zero() {
+				delete(p.sums, l.Node)
+			}
+		}
+	}
+}
+
+func (p *peerLoads) set(peer string, part, parts int, loads []NodeInFlight, at time.Time) bool {
+	for k, r := range p.byPeer { // a report that shrank to fewer packets: the rest are gone
+		if k.peer == peer && k.part >= parts && !at.Before(r.at) {
+			p.unapply(r)
+			delete(p.byPeer, k)
+		}
+	}
+	key := peerPart{peer, part}
+	r := p.byPeer[key]
+	if r == nil {
+		if len(p.byPeer) >= maxPeers*MaxLoadParts {
+			return false
+		}
+		r = &peerReport{}
+		p.byPeer[key] = r
+	} else {
+		if at.Before(r.at) {
+			return true // an older report overtaken by a newer one
+		}
+		p.unapply(r)
+	}
+	r.at = at
+	r.loads = append(r.loads[:0], loads...)
+	for _, l := range r.loads {
+		s := p.sums[l.Node]
+		if s == nil {
+			s = new(InFlight)
+			p.sums[l.Node] = s
+		}
+		s.add(l.InFlight)
+	}
+	return true
+}
+
+func (p *peerLoads) forget(peer string) {
+	for k, r := range p.byPeer {
+		if k.peer == peer {
+			p.unapply(r)
+			delete(p.byPeer, k)
+		}
+	}
+}
+
+func (p *peerLoads) peers() int {
+	n := 0
+	for k := range p.byPeer {
+		if k.part == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *peerLoads) expire(now time.Time) {
+	for id, r := range p.byPeer {
+		if now.Sub(r.at) > p.ttl {
+			p.unapply(r)
+			delete(p.byPeer, id)
+		}
+	}
+}
+
+// SetPeerLoad replaces part (of parts, see AppendLoadParts) of what peer router said about its
+// in-flight requests: together the parts list every node it has requests on (others are zero),
+// as of at (the receipt time: router clocks are not trusted to agree). It reports false when
+// the peer table is full or the part numbers are out of range.
+func (d *Decider) SetPeerLoad(peer string, part, parts int, loads []NodeInFlight, at time.Time) bool {
+	if parts <= 0 || parts > MaxLoadParts || part < 0 || part >= parts {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.peers.set(peer, part, parts, loads, at)
+}
+
+// ForgetPeer drops a peer router's load (it left the cluster).
+func (d *Decider) ForgetPeer(peer string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.peers.forget(peer)
+}
+
+// Peers returns how many peer routers' loads count.
+func (d *Decider) Peers() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.peers.peers()
+}
+
+// PeerDecision records that a peer routed a request with these block hashes (or the part of
+// its chain beyond what the node reports) to node at now: like this router's own Record, for
+// the overlay's TTL.
+func (d *Decider) PeerDecision(node string, hashes []uint64, now time.Time) {
+	if d.overlay != nil {
+		d.overlay.Record(node, hashes, now)
+	}
+}

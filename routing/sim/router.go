@@ -1,0 +1,185 @@
+package sim
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// rview is one router's knowledge of one node.
+type rview struct {
+	rep       load // last load report received
+	repairing bool
+}
+
+// router is one router replica: its own summary index (fed by every node's deltas, repaired on
+// gaps), overlay, in-flight counts and view of the nodes' load, all behind the daemon's
+// routing.Decider; with sharing, its decisions and load reach the other routers and theirs
+// reach it.
+type router struct {
+	idx     int
+	id      string
+	index   *routing.Index
+	dec     *routing.Decider
+	views   []rview
+	expired time.Duration // when the overlay was last expired
+	repairs int           // full-summary pulls after a gap
+
+	infos    []routing.NodeInfo
+	choice   routing.Choice
+	loads    []routing.NodeInFlight // scratch for load reports
+	lastLoad []routing.NodeInFlight // the last load report sent
+	lastSent time.Duration
+}
+
+func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
+	rt := &router{idx: r, id: "router-" + strconv.Itoa(r), index: routing.NewIndex(routing.DefaultIndexConfig()),
+		views: make([]rview, len(s.nodes))}
+	var hooks routing.DeciderHooks
+	if s.sharing() {
+		hooks.OnDecision = func(node string, hashes []uint64, indexed int, _ time.Time) {
+			s.shareDecision(rt, node, hashes, indexed)
+		}
+	}
+	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks})
+	if err != nil {
+		return nil, err
+	}
+	rt.dec = d
+	for i, n := range s.nodes {
+		// At join the router knows each node is empty and idle, and its capacity (metadata).
+		rt.index.ReplaceNode(n.id, n.epoch, 0, nil)
+		rt.views[i].rep = n.load(0)
+	}
+	return rt, nil
+}
+
+// route chooses a node for req through the router's Decider, exactly as the daemon's front door
+// does: every node is a candidate with the last load report it sent this router, aged.
+func (rt *router) route(s *Sim, req *Request) (int, *routing.Choice, error) {
+	now := epoch0.Add(s.q.now)
+	if s.q.now-rt.expired >= s.cfg.OverlayTTL/4 { // as the daemon does, every bucket width
+		rt.dec.Expire(now)
+		rt.expired = s.q.now
+	}
+	rt.infos = rt.infos[:0]
+	for i, n := range s.nodes {
+		v := &rt.views[i]
+		rt.infos = append(rt.infos, routing.NodeInfo{
+			ID: n.id, Alive: true, PrefillTokensPerSec: s.cfg.PrefillTokensPerSec,
+			QueuedPrefillTokens: v.rep.queued, Running: v.rep.running, Waiting: v.rep.waiting,
+			FreeBlocks: v.rep.freeBlocks, CapacityBlocks: v.rep.capacityBlock,
+			LoadAge: s.q.now - v.rep.at, BlockSize: s.cfg.BlockSize,
+		})
+	}
+	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
+	if err := rt.dec.Decide(&dr, rt.infos, now, routing.CommitBegin, &rt.choice); err != nil {
+		return 0, nil, err
+	}
+	return rt.choice.Node, &rt.choice, nil
+}
+
+// deliverDelta applies a delta (or snapshot) at the router; a gap starts a repair.
+func (rt *router) deliverDelta(s *Sim, mi int) {
+	m := &s.msgs[mi]
+	n := s.nodes[m.node]
+	if m.full {
+		rt.index.ReplaceNode(n.id, n.epoch, m.to, m.snapshot)
+	} else if err := rt.index.ApplyDelta(n.id, n.epoch, m.from, m.to, m.changes); err != nil {
+		rt.startRepair(s, m.node) // ErrGap: a delta was lost
+	}
+}
+
+// deliverLoad installs a load report. The report also carries the node's summary head, so a
+// router whose index is behind it with no delta left in flight (the last delta was lost: deltas
+// travel ahead of the report that follows them) repairs without waiting for the next delta.
+func (rt *router) deliverLoad(s *Sim, mi int) {
+	m := &s.msgs[mi]
+	v := &rt.views[m.node]
+	if m.load.at >= v.rep.at {
+		v.rep = m.load
+	}
+	if _, seq, _, _ := rt.index.NodeState(s.nodes[m.node].id); seq < m.load.head {
+		rt.startRepair(s, m.node)
+	}
+}
+
+// startRepair schedules a full-summary pull from node ni unless one is under way.
+func (rt *router) startRepair(s *Sim, ni int) {
+	if v := &rt.views[ni]; !v.repairing {
+		v.repairing = true
+		s.q.schedule(event{at: s.q.now + s.cfg.RepairDelay, kind: evRepair, router: rt.idx, node: ni})
+	}
+}
+
+// repair pulls node ni's full summary (NodeCache.GetSummary) and installs it.
+func (rt *router) repair(s *Sim, ni int) {
+	n := s.nodes[ni]
+	hashes, head := n.tree.SummarySnapshot(nil)
+	rt.index.ReplaceNode(n.id, n.epoch, head, hashes)
+	rt.views[ni].repairing = false
+	rt.repairs++
+}
+
+// shareDecision sends a decision to every other router: the part of the chain beyond what the
+// node's summary already reports at this router, in packets (routing.AppendShareChunks), each
+// lost independently with ShareLoss.
+func (s *Sim) shareDecision(rt *router, node string, hashes []uint64, indexed int) {
+	ni := s.byID[node]
+	s.chunks = routing.AppendShareChunks(s.chunks[:0], rt.id, node, indexed, len(hashes))
+	for _, c := range s.chunks {
+		size := int64(routing.ShareDecisionBytes(rt.id, node, c.From, c.To-c.From))
+		m := s.newMessage(ni)
+		msg := &s.msgs[m]
+		msg.peer = rt.idx
+		msg.hashes = append(msg.hashes[:0], hashes[c.From:c.To]...)
+		s.sendToPeers(rt, m, size, evShareDecision)
+	}
+}
+
+// sendToPeers delivers message m of size bytes from rt to every other router after ShareDelay.
+func (s *Sim) sendToPeers(rt *router, m int, size int64, kind eventKind) {
+	for r := range s.routers {
+		if r == rt.idx {
+			continue
+		}
+		s.shareBytes += size
+		s.shareMsgs++
+		if s.cfg.ShareLoss > 0 && s.rng.Float64() < s.cfg.ShareLoss {
+			s.shareLost++
+			continue
+		}
+		s.msgs[m].refs++
+		s.q.schedule(event{at: s.q.now + s.cfg.ShareDelay, kind: kind, router: r, msg: m})
+	}
+	if s.msgs[m].refs == 0 {
+		s.freeMessage(m)
+	}
+}
+
+// shareTick is a router's periodic load report: its own in-flight counts per node, sent when
+// they changed since the last report or a second has passed.
+func (rt *router) shareTick(s *Sim) {
+	// Requests still queued are reported again every half TTL, as router/share does.
+	rt.dec.RefreshPending(epoch0.Add(s.q.now), s.cfg.OverlayTTL/2)
+	rt.loads = rt.dec.AppendOwnLoads(rt.loads[:0])
+	s.parts = routing.AppendLoadParts(s.parts[:0], rt.id, rt.loads) // sorts rt.loads
+	if !slices.Equal(rt.loads, rt.lastLoad) || s.q.now-rt.lastSent >= time.Second {
+		rt.lastLoad = append(rt.lastLoad[:0], rt.loads...)
+		rt.lastSent = s.q.now
+		start := 0
+		for p, end := range s.parts {
+			m := s.newMessage(0)
+			msg := &s.msgs[m]
+			msg.peer, msg.part, msg.parts = rt.idx, p, len(s.parts)
+			msg.loads = append(msg.loads[:0], rt.loads[start:end]...)
+			s.sendToPeers(rt, m, int64(routing.ShareLoadBytes(rt.id, msg.loads)), evShareLoad)
+			start = end
+		}
+	}
+	if s.running() {
+		s.q.schedule(event{at: s.q.now + s.cfg.ShareInterval, kind: evShareTick, router: rt.idx})
+	}
+}
