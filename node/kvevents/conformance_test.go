@@ -100,8 +100,8 @@ func (p *pyPub) read(v any) {
 
 type pyReply struct {
 	Hashes  []json.Number `json:"hashes"` // Python ints: signed (SGLang) or unsigned (vLLM)
-	Digests []string `json:"digests"`
-	Seq     uint64   `json:"seq"`
+	Digests []string      `json:"digests"`
+	Seq     uint64        `json:"seq"`
 }
 
 func (p *pyPub) do(cmd map[string]any) pyReply {
