@@ -36,7 +36,9 @@ func startEngine(ctx context.Context, cfg Config, tree *local.RadixTree, logger 
 		if err != nil {
 			return nil, nil, fmt.Errorf("simulated engine: %w", err)
 		}
-		eng.Start(ctx)
+		if err := eng.Start(ctx); err != nil {
+			return nil, nil, err
+		}
 		mux.Handle("/", eng.Handler())
 		return eng.Close, simLoad(eng), nil
 	default:

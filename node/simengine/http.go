@@ -30,6 +30,9 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("POST /v1/chat/completions", e.instrument("chat_completions", e.serveGenerate(true)))
 	mux.Handle("GET /v1/models", e.instrument("models", http.HandlerFunc(e.serveModels)))
 	mux.Handle("POST /tokenize", e.instrument("tokenize", http.HandlerFunc(e.serveTokenize)))
+	// GET /health answers 200 while the engine serves, as vLLM's and SGLang's do: a node agent in
+	// --engine vllm mode follows it.
+	mux.Handle("GET /health", http.HandlerFunc(e.serveHealth))
 	for path, method := range map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST",
 		"/v1/models": "GET", "/tokenize": "POST"} {
 		mux.Handle(path, e.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +111,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // readBody reads at most MaxBodyBytes; more is an *http.MaxBytesError (413).
 func (e *Engine) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
+}
+
+func (e *Engine) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	ok := e.started && !e.closed
+	e.mu.Unlock()
+	if !ok {
+		writeError(w, errClosed)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 func (e *Engine) serveModels(w http.ResponseWriter, _ *http.Request) {
@@ -215,10 +229,11 @@ func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter,
 		return
 	}
 	defer e.release(tk)
-	cached := tk.seq.MatchedTokens()
+	cached := tk.cached
 	w.Header().Set(HeaderCachedTokens, strconv.Itoa(cached))
 
-	resp := response{ID: fmt.Sprintf("cmpl-%016x", e.ids.Add(1)), Object: "text_completion",
+	// Unique across nodes: a random per-engine prefix, then this engine's counter.
+	resp := response{ID: fmt.Sprintf("cmpl-%016x%016x", e.idPrefix, e.ids.Add(1)), Object: "text_completion",
 		Created: arrival.Unix(), Model: req.model}
 	if req.chat {
 		resp.ID = "chat" + resp.ID

@@ -225,7 +225,9 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 	}
 	chosen := sc.dec.Node
 	id := sc.nodes[chosen].ID
-	matched := sc.dec.MatchedTokens
+	// issue 11: the estimate is what the engine will report as cached_tokens (vLLM's rule: a
+	// fully cached prompt recomputes its last token), applied once, in local.
+	matched := local.EngineCachedTokens(sc.dec.MatchedTokens, len(req.Tokens), blockSizeOf(&sc.nodes[chosen]))
 	prefill := max(0, len(req.Tokens)-matched)
 	l := p.load[id]
 	if l == nil {
