@@ -46,7 +46,8 @@ type rankState struct {
 	complete  atomic.Bool
 	connected atomic.Bool
 	dec       *Decoder
-	r         string // rank label
+	r         string        // rank label
+	restarted chan struct{} // EngineRestarted's signal to the applier (buffered, 1)
 }
 
 // NewFollower validates cfg and builds a follower over mirror; metrics go to reg when not nil.
@@ -76,7 +77,8 @@ func NewFollower(cfg Config, mirror *Mirror, logger *slog.Logger, reg prometheus
 				return nil, fmt.Errorf("%w: rank %d: %v", ErrConfig, r, err)
 			}
 		}
-		f.ranks = append(f.ranks, &rankState{rank: r, endpoint: ep, replay: rp, dec: NewDecoder(), r: strconv.Itoa(r)})
+		f.ranks = append(f.ranks, &rankState{rank: r, endpoint: ep, replay: rp, dec: NewDecoder(), r: strconv.Itoa(r),
+			restarted: make(chan struct{}, 1)})
 		met.complete.WithLabelValues(strconv.Itoa(r)).Set(0)
 	}
 	return f, nil
@@ -162,11 +164,34 @@ func (f *Follower) read(ctx context.Context, rs *rankState, ch chan<- zmq4.Msg) 
 	}
 }
 
+// EngineRestarted tells every rank that the engine restarted without a word on the stream (its
+// process start time changed): each drops its mirror and waits for a new baseline. It does not
+// block.
+func (f *Follower) EngineRestarted() {
+	for _, rs := range f.ranks {
+		select {
+		case rs.restarted <- struct{}{}:
+		default: // one is already pending
+		}
+	}
+}
+
 // apply is the rank's ordered applier.
 func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg) {
-	for msg := range ch {
-		if ctx.Err() != nil {
+	for {
+		var msg zmq4.Msg
+		var ok bool
+		select {
+		case <-ctx.Done():
 			return
+		case <-rs.restarted:
+			f.log.Warn("engine restarted: dropping the mirror", "rank", rs.rank)
+			f.reset(rs, "restart")
+			continue
+		case msg, ok = <-ch:
+			if !ok {
+				return
+			}
 		}
 		if len(msg.Frames) != 3 {
 			f.met.decodeErrs.WithLabelValues(rs.r).Inc()
