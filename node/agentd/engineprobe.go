@@ -22,9 +22,10 @@ import (
 // give its load and its process start time (a change means the engine restarted, possibly
 // without a word on the event stream), and /v1/models names the model when --model is not set.
 const (
-	// probeInterval: once a second, as often as Kubernetes probes at their tightest, so the
-	// agent follows the engine within a second or two.
-	probeInterval = time.Second
+	// probeInterval: 250 ms, so the load gossiped for the engine (DESIGN.md §5 refreshes load every
+	// 200 ms) is at most a quarter second old and health follows the engine within half a second;
+	// two small GETs on loopback four times a second cost the engine nothing measurable.
+	probeInterval = 250 * time.Millisecond
 	// probeTimeout bounds each probe request: an engine that takes longer is reported unhealthy.
 	probeTimeout = 2 * time.Second
 	// maxMetricsBytes bounds the /metrics body read: vLLM's is ~100 KB with histograms.
