@@ -32,6 +32,13 @@ type demoCluster struct {
 	failure  error
 	httpAddr string
 	grpcAddr string
+	nodes    []demoNode // filled once every node agent has written its addresses
+}
+
+// demoNode is one node's pair of daemons: the engine and the agent mirroring it.
+type demoNode struct {
+	id                    string
+	agentGRPC, engineGRPC string
 }
 
 func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string, logs io.Writer) (*demoCluster, error) {
@@ -76,14 +83,15 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 				"--drain-timeout=5s", "--addr-file=" + engAddrs,
 			}, io.Discard, logs)
 		})
-		eng, err := waitEngineAddrs(ctx, engAddrs, c)
+		eng, err := waitEngineAddrs(ctx, engAddrs, c, "http", "grpc", "kvevents", "kvevents_replay")
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("%s engine: %w", id, err)
 		}
+		agentAddrs := filepath.Join(dir, id+".addr")
 		c.run(id, func() int {
 			return agentd.Main(ctx, []string{
-				"--node-id=" + id, "--log-level=warn", "--engine=vllm",
+				"--node-id=" + id, "--log-level=warn", "--engine=vllm", "--addr-file=" + agentAddrs,
 				"--engine-url=http://" + eng["http"], "--kv-events=" + eng["kvevents"], "--kv-events-replay=" + eng["kvevents_replay"],
 				"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
 				"--join=" + addrs["gossip"], "--insecure-gossip",
@@ -91,6 +99,12 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 				"--drain-timeout=5s",
 			}, io.Discard, logs)
 		})
+		ag, err := waitEngineAddrs(ctx, agentAddrs, c, "grpc")
+		if err != nil {
+			c.stop()
+			return nil, fmt.Errorf("%s: %w", id, err)
+		}
+		c.nodes = append(c.nodes, demoNode{id: id, agentGRPC: ag["grpc"], engineGRPC: eng["grpc"]})
 	}
 	if err := c.waitNodes(ctx, cfg.Nodes); err != nil {
 		c.stop()
@@ -172,13 +186,20 @@ func waitAddrFile(ctx context.Context, path string, c *demoCluster) (map[string]
 	return addrs, nil
 }
 
-// waitEngineAddrs waits for a simulated engine's addr file, with its KV-event endpoints.
-func waitEngineAddrs(ctx context.Context, path string, c *demoCluster) (map[string]string, error) {
+// waitEngineAddrs waits for a daemon's addr file to name every one of keys.
+func waitEngineAddrs(ctx context.Context, path string, c *demoCluster, keys ...string) (map[string]string, error) {
 	var addrs map[string]string
 	err := pollUntil(ctx, demoStartTimeout, c, func() bool {
 		var err error
-		addrs, err = addrfile.Read(path)
-		return err == nil && addrs["http"] != "" && addrs["kvevents"] != "" && addrs["kvevents_replay"] != ""
+		if addrs, err = addrfile.Read(path); err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if addrs[k] == "" {
+				return false
+			}
+		}
+		return true
 	})
 	return addrs, err
 }
