@@ -34,6 +34,9 @@ type Mirror struct {
 	nodes   []mnode
 	free    []int32
 	canon   map[uint64]uint32 // canonical hash → visible blocks with it (over ranks)
+	// pending holds the tokens of known blocks whose canonical hash cannot be computed yet (their
+	// chain does not reach the root): rare, so kept beside the arena rather than in every node.
+	pending map[int32][]uint32
 	journal journal
 	stack   []int32
 	stats   MirrorStats
@@ -78,8 +81,6 @@ const (
 type mnode struct {
 	key     mkey
 	canon   uint64
-	adapter uint64   // the LoRA adapter id of the chain (root seed)
-	tokens  []uint32 // kept only while the canonical hash cannot be computed yet
 	parent  int32    // rootNode, noNode (unknown: a placeholder's parent), or an arena index
 	first   int32    // first child
 	next    int32    // next sibling
@@ -90,7 +91,7 @@ type mnode struct {
 
 // NewMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
 func NewMirror(blockSize int) *Mirror {
-	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32)}
+	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32)}
 	m.journal.init(local.DefaultJournalCapacity)
 	return m
 }
@@ -107,8 +108,8 @@ func (m *Mirror) MirrorStats() MirrorStats {
 	return s
 }
 
-// Apply applies one event from data-parallel rank rank. adapterOf maps a LoRA name to the
-// adapter id routers hash with (AdapterID).
+// Apply applies one event from data-parallel rank rank. A LoRA name maps to the adapter id
+// routers hash with by AdapterID.
 func (m *Mirror) Apply(rank int, ev *Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -174,7 +175,6 @@ func (m *Mirror) store(rank int, ev *Event) {
 			if bm {
 				n.flags |= fMatch
 			}
-			n.adapter = adapter
 			m.stats.Blocks++
 			if m.cycles(idx, parent) { // a block cannot descend from itself: corrupt input
 				m.stats.Cycles++
@@ -184,7 +184,7 @@ func (m *Mirror) store(rank int, ev *Event) {
 				}
 			} else {
 				m.link(idx, parent)
-				m.resolve(idx, chunk)
+				m.resolve(idx, chunk, adapter)
 			}
 		}
 		lazy = false
@@ -260,14 +260,14 @@ func (m *Mirror) unlink(c int32) {
 
 // resolve settles a node that just became known: its canonical hash when its chain is known,
 // else it keeps its tokens (or, when the chain can never match, is marked dead with its subtree).
-func (m *Mirror) resolve(c int32, chunk []uint32) {
+func (m *Mirror) resolve(c int32, chunk []uint32, adapter uint64) {
 	n := &m.nodes[c]
 	p := n.parent
 	switch {
 	case n.flags&fMatch == 0 || (p >= 0 && m.nodes[p].flags&fDead != 0):
 		m.markDead(c)
 	case p == rootNode:
-		n.canon = local.ChainHash(local.AdapterSeed(n.adapter), chunk)
+		n.canon = local.ChainHash(local.AdapterSeed(adapter), chunk)
 		n.flags |= fCanon
 		m.cascadeCanon(c)
 	case p >= 0 && m.nodes[p].flags&fCanon != 0:
@@ -275,7 +275,7 @@ func (m *Mirror) resolve(c int32, chunk []uint32) {
 		n.flags |= fCanon
 		m.cascadeCanon(c)
 	default: // the parent's chain is not known yet: keep the tokens for later
-		n.tokens = append([]uint32(nil), chunk...)
+		m.pending[c] = append([]uint32(nil), chunk...)
 		m.stats.Orphans++
 	}
 }
@@ -295,8 +295,8 @@ func (m *Mirror) cascadeCanon(c int32) {
 				m.markDeadFrom(k)
 				continue
 			}
-			kn.canon = local.ChainHash(m.nodes[x].canon, kn.tokens)
-			kn.tokens = nil
+			kn.canon = local.ChainHash(m.nodes[x].canon, m.pending[k])
+			delete(m.pending, k)
 			kn.flags |= fCanon
 			m.stats.Orphans--
 			m.stack = append(m.stack, k)
@@ -322,8 +322,8 @@ func (m *Mirror) markDeadFrom(c int32) {
 			continue
 		}
 		n.flags |= fDead
-		if n.tokens != nil {
-			n.tokens = nil
+		if _, ok := m.pending[x]; ok {
+			delete(m.pending, x)
 			m.stats.Orphans--
 		}
 		for k := n.first; k != noNode; k = m.nodes[k].next {
@@ -438,7 +438,8 @@ func (m *Mirror) maybeFree(c int32) {
 		m.unlink(c)
 		if n.flags&fKnown != 0 {
 			m.stats.Blocks--
-			if n.tokens != nil {
+			if _, ok := m.pending[c]; ok {
+				delete(m.pending, c)
 				m.stats.Orphans--
 			}
 		}
@@ -474,7 +475,8 @@ func (m *Mirror) clearLocked(rank int) {
 		}
 		if n.flags&fKnown != 0 {
 			m.stats.Blocks--
-			if n.tokens != nil {
+			if _, ok := m.pending[int32(i)]; ok {
+				delete(m.pending, int32(i))
 				m.stats.Orphans--
 			}
 		}

@@ -24,7 +24,7 @@ func (m *Mirror) check() error {
 		}
 		if n.flags&fKnown != 0 {
 			blocks++
-			if n.tokens != nil {
+			if _, ok := m.pending[i]; ok {
 				orphans++
 			}
 		} else if n.first == noNode {
