@@ -29,11 +29,11 @@ import (
 type Mirror struct {
 	blockSize int
 
-	mu      sync.Mutex // guards everything below
-	byKey   map[mkey]int32
-	nodes   []mnode
-	free    []int32
-	canon   map[uint64]uint32 // canonical hash → visible blocks with it (over ranks)
+	mu    sync.Mutex // guards everything below
+	byKey map[mkey]int32
+	nodes []mnode
+	free  []int32
+	canon map[uint64]uint32 // canonical hash → visible blocks with it (over ranks)
 	// pending holds the tokens of known blocks whose canonical hash cannot be computed yet (their
 	// chain does not reach the root): rare, so kept beside the arena rather than in every node.
 	pending map[int32][]uint32
@@ -79,14 +79,14 @@ const (
 )
 
 type mnode struct {
-	key     mkey
-	canon   uint64
-	parent  int32    // rootNode, noNode (unknown: a placeholder's parent), or an arena index
-	first   int32    // first child
-	next    int32    // next sibling
-	prev    int32    // previous sibling
-	copies  [numTiers]uint32
-	flags   uint8
+	key    mkey
+	canon  uint64
+	parent int32 // rootNode, noNode (unknown: a placeholder's parent), or an arena index
+	first  int32 // first child
+	next   int32 // next sibling
+	prev   int32 // previous sibling
+	copies [numTiers]uint32
+	flags  uint8
 }
 
 // NewMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
