@@ -114,7 +114,7 @@ func (d *Decoder) decodeBatch(b *Batch) error {
 				}
 			default:
 				b.Fields++
-				if err := d.dec.Skip(); err != nil {
+				if err := d.skip(); err != nil {
 					return err
 				}
 			}
@@ -141,7 +141,7 @@ func (d *Decoder) decodeBatch(b *Batch) error {
 	}
 	for i := 3; i < n; i++ { // a later engine's trailing fields
 		b.Fields++
-		if err := d.dec.Skip(); err != nil {
+		if err := d.skip(); err != nil {
 			return err
 		}
 	}
@@ -169,7 +169,7 @@ func (d *Decoder) readRank(b *Batch) error {
 	}
 	if !isInt(c) {
 		b.Fields++
-		return d.dec.Skip()
+		return d.skip()
 	}
 	r, err := d.dec.DecodeInt64()
 	if err != nil {
@@ -231,7 +231,7 @@ func (d *Decoder) decodeEvent(ev *Event, b *Batch) error {
 		return d.decodeArrayEvent(ev, b)
 	default:
 		ev.bad = true
-		return d.dec.Skip()
+		return d.skip()
 	}
 }
 
@@ -280,7 +280,7 @@ func (d *Decoder) decodeArrayEvent(ev *Event, b *Batch) error {
 			if ev.Kind != KindUnknown {
 				b.Fields++
 			}
-			if err := d.dec.Skip(); err != nil {
+			if err := d.skip(); err != nil {
 				return err
 			}
 			continue
@@ -316,7 +316,7 @@ func (d *Decoder) decodeMapEvent(ev *Event, b *Batch) error {
 		}
 		if !ok {
 			b.Fields++
-			if err := d.dec.Skip(); err != nil {
+			if err := d.skip(); err != nil {
 				return err
 			}
 			continue
@@ -417,12 +417,12 @@ func (d *Decoder) field(ev *Event, name string, b *Batch) error {
 		if c != msgpcode.Nil {
 			ev.Salted = true
 		}
-		return d.dec.Skip()
+		return d.skip()
 	default: // kv_cache_spec_kind, sliding window, session_id, locality, …: not needed to match
 		if name != "kv_cache_spec_kind" && name != "kv_cache_spec_sliding_window" && name != "session_id" {
 			b.Fields++
 		}
-		return d.dec.Skip()
+		return d.skip()
 	}
 }
 
@@ -475,7 +475,7 @@ func (d *Decoder) readKey() (string, bool, error) {
 		return "", false, err
 	}
 	if !isStrOrBin(c) {
-		return "", false, d.dec.Skip()
+		return "", false, d.skip()
 	}
 	n, err := d.dec.DecodeBytesLen()
 	if err != nil {
@@ -508,7 +508,7 @@ func (d *Decoder) readString() (string, bool, error) {
 		return "", true, d.dec.DecodeNil()
 	}
 	if !isStrOrBin(c) {
-		return "", false, d.dec.Skip()
+		return "", false, d.skip()
 	}
 	n, err := d.dec.DecodeBytesLen()
 	if err != nil {
@@ -541,7 +541,7 @@ func (d *Decoder) readInt() (int64, bool, error) {
 		return 0, false, err
 	}
 	if !isInt(c) {
-		return 0, false, d.dec.Skip()
+		return 0, false, d.skip()
 	}
 	v, err := d.dec.DecodeInt64()
 	return v, err == nil, err
@@ -570,7 +570,7 @@ func (d *Decoder) readHash() (uint64, bool, error) {
 		}
 		return bytesKey(d.key[:n]), true, nil
 	default:
-		return 0, false, d.dec.Skip()
+		return 0, false, d.skip()
 	}
 }
 
@@ -593,7 +593,7 @@ func (d *Decoder) readHashes(ev *Event) error {
 	}
 	if !isArray(c) {
 		ev.bad = true
-		return d.dec.Skip()
+		return d.skip()
 	}
 	n, err := d.dec.DecodeArrayLen()
 	if err != nil {
@@ -623,7 +623,7 @@ func (d *Decoder) readTokens(ev *Event) error {
 	}
 	if !isArray(c) {
 		ev.bad = true
-		return d.dec.Skip()
+		return d.skip()
 	}
 	n, err := d.dec.DecodeArrayLen()
 	if err != nil {
@@ -642,7 +642,7 @@ func (d *Decoder) readTokens(ev *Event) error {
 		}
 		if !isInt(c) {
 			ev.bad = true
-			if err := d.dec.Skip(); err != nil {
+			if err := d.skip(); err != nil {
 				return err
 			}
 			continue
@@ -707,7 +707,7 @@ func (d *Decoder) readExtraKeys(ev *Event) error {
 	}
 	if !isArray(c) {
 		ev.bad = true
-		return d.dec.Skip()
+		return d.skip()
 	}
 	n, err := d.dec.DecodeArrayLen()
 	if err != nil {
@@ -748,7 +748,7 @@ func (d *Decoder) readExtraKeys(ev *Event) error {
 					}
 					continue
 				}
-				if err := d.dec.Skip(); err != nil {
+				if err := d.skip(); err != nil {
 					return err
 				}
 			}
@@ -756,7 +756,7 @@ func (d *Decoder) readExtraKeys(ev *Event) error {
 				class = extraNone
 			}
 		default:
-			if err := d.dec.Skip(); err != nil {
+			if err := d.skip(); err != nil {
 				return err
 			}
 		}
@@ -800,7 +800,7 @@ func (d *Decoder) readSaltMap(ev *Event) error {
 		if ok && k == "cache_salt" && c != msgpcode.Nil {
 			ev.Salted = true
 		}
-		if err := d.dec.Skip(); err != nil {
+		if err := d.skip(); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"testing"
@@ -122,6 +123,10 @@ func TestDecodeErrors(t *testing.T) {
 		"one element": enc(t, []any{1.0}),
 		"truncated":   mustHex(t, legacyStoredHex)[:20],
 		"huge tokens": mustHex(t, "9301dd7fffffff"),
+		// A BlockStored whose hash is a 3.4 GB extension: refused before reading (the
+		// library's own Skip would read it chunk by chunk; found by fuzzing).
+		"huge ext hash": mustHex(t, "93cbbfd954fc4020d7009198ab426c6f636b53746f72656491c9cf0000000093cb412954fc402000009181a474797065b0416c6c426c6f636b73436c656172656400"),
+		"deep nesting":  append(mustHex(t, "930191"), bytes.Repeat([]byte{0x91}, 100)...),
 	} {
 		if _, err := d.Decode(0, p); !errors.Is(err, ErrPayload) {
 			t.Errorf("%s: err = %v, want ErrPayload", name, err)

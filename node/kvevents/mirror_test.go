@@ -15,7 +15,7 @@ func (m *Mirror) check() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	counts := map[uint64]uint32{}
-	blocks, orphans := 0, 0
+	blocks, orphans, withParent, children := 0, 0, 0, 0
 	var tiers [numTiers]int
 	for k, i := range m.byKey {
 		n := &m.nodes[i]
@@ -37,14 +37,14 @@ func (m *Mirror) check() error {
 			tiers[t] += int(n.copies[t])
 		}
 		if n.parent >= 0 {
-			found := false
-			for c := m.nodes[n.parent].first; c != noNode; c = m.nodes[c].next {
-				if c == i {
-					found = true
-				}
+			withParent++
+		}
+		for c := n.first; c != noNode; c = m.nodes[c].next { // O(N) over all nodes
+			if m.nodes[c].parent != i {
+				return fmt.Errorf("node %d lists child %d whose parent is %d", i, c, m.nodes[c].parent)
 			}
-			if !found {
-				return fmt.Errorf("node %d missing from its parent's children", i)
+			if children++; children > len(m.nodes) {
+				return fmt.Errorf("a child list loops")
 			}
 		}
 		if want := m.shouldShow(i); want != (n.flags&fVisible != 0) {
@@ -56,6 +56,9 @@ func (m *Mirror) check() error {
 		if n.first == noNode && n.copies == ([numTiers]uint32{}) {
 			return fmt.Errorf("node %d has no copies and no children but was not freed", i)
 		}
+	}
+	if withParent != children {
+		return fmt.Errorf("%d nodes have a parent, %d are listed as children", withParent, children)
 	}
 	if len(counts) != len(m.canon) {
 		return fmt.Errorf("canon has %d hashes, visible nodes %d", len(m.canon), len(counts))
