@@ -36,6 +36,12 @@ type Config struct {
 	QueueLen int
 	// RedialInterval is the pause between attempts to reach an engine that is not up yet: 500 ms.
 	RedialInterval time.Duration
+	// IdleProbe: after this long without a batch, the follower asks the replay socket (when there
+	// is one) for anything after the last batch applied. A gap is otherwise seen only when a
+	// later batch arrives, so losing the last batches before the engine goes quiet would leave
+	// the mirror behind until the engine's next step. 2 s: a busy engine publishes every step,
+	// so an idle probe costs a quiet engine one small request every 2 s.
+	IdleProbe time.Duration
 }
 
 // DefaultConfig returns the defaults documented on Config, with vLLM's default endpoint as seen
@@ -47,6 +53,7 @@ func DefaultConfig() Config {
 		ReplayTimeout:  2 * time.Second,
 		QueueLen:       4096,
 		RedialInterval: 500 * time.Millisecond,
+		IdleProbe:      2 * time.Second,
 	}
 }
 
@@ -84,6 +91,8 @@ func (c Config) Validate() error {
 		return bad("queue length %d: must be positive", c.QueueLen)
 	case c.RedialInterval <= 0:
 		return bad("redial interval %v: must be positive", c.RedialInterval)
+	case c.IdleProbe <= 0:
+		return bad("idle probe %v: must be positive", c.IdleProbe)
 	}
 	return nil
 }

@@ -421,3 +421,57 @@ func checkSGLangChain(t *testing.T, tokens []uint32, bs int, r pyReply) {
 		prev = d
 	}
 }
+
+// TestConformanceHWMDrops makes the publisher's PUB socket really drop messages at its
+// high-water mark: the agent's applier is held (the mirror's lock taken) while the publisher
+// sends a burst with a small send HWM and socket buffer, so the socket backs up and libzmq
+// drops. Once released, the follower sees the gaps (a lost tail too, by its idle probe) and
+// replays them, in several rounds since the publisher's ROUTER drops replies beyond its own
+// HWM, and the mirror equals what was published.
+func TestConformanceHWMDrops(t *testing.T) {
+	const bs = 4
+	py := startPy(t, "--flavor", "vllm", "--layout", "map", "--replay", "--hwm", "2", "--buffer-steps", "100000")
+	m := NewMirror(bs)
+	ref := &refMirror{bs: bs, blocks: map[mkey]*refBlock{}}
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Replay, cfg.QueueLen = py.pub, py.replay, 1
+	cfg.ReplayTimeout = 10 * time.Second
+	f, err := NewFollower(cfg, m, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx)
+	defer f.Close()
+	r := py.do(map[string]any{"op": "store", "tokens": toJSONTokens(toks(1, 4))})
+	apply := func(ev Event) { ref.apply(0, &ev) }
+	apply(storeEvent(r, nil, toks(1, 4), bs, "", ""))
+	converge(t, m, ref, "baseline")
+
+	const n = 20000
+	m.mu.Lock() // the applier stalls on its next batch; the reader and the socket back up
+	var burst pyReply
+	b, _ := json.Marshal(map[string]any{"op": "burst", "n": n, "base": 100000})
+	if _, err := fmt.Fprintf(py.in, "%s\n", b); err != nil {
+		t.Fatal(err)
+	}
+	py.read(&burst)
+	m.mu.Unlock()
+	for i, h := range burst.Hashes {
+		tk := make([]uint32, bs)
+		for j := range tk {
+			tk[j] = uint32(100000 + 4*i + j)
+		}
+		apply(Event{Kind: KindStored, Hashes: []uint64{key(h)}, Tokens: tk, BlockSize: bs})
+	}
+	converge(t, m, ref, "after the burst")
+	gaps := testutil.ToFloat64(f.met.gaps.WithLabelValues("0"))
+	t.Logf("burst of %d batches: %v gaps, %v replays", n, gaps, testutil.ToFloat64(f.met.replays.WithLabelValues("0", "ok")))
+	if gaps < 1 {
+		t.Fatal("no message was dropped at the high-water mark: the test did not test drops")
+	}
+	if !f.Complete() {
+		t.Fatal("mirror incomplete after replays")
+	}
+}

@@ -178,12 +178,21 @@ func (f *Follower) EngineRestarted() {
 
 // apply is the rank's ordered applier.
 func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg) {
+	idle := time.NewTimer(f.cfg.IdleProbe)
+	defer idle.Stop()
 	for {
 		var msg zmq4.Msg
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return
+		case <-idle.C:
+			// Quiet: batches lost at the tail show up only in the replay buffer.
+			if rs.have && rs.replay != "" {
+				f.probeTail(ctx, rs)
+			}
+			idle.Reset(f.cfg.IdleProbe)
+			continue
 		case <-rs.restarted:
 			f.log.Warn("engine restarted: dropping the mirror", "rank", rs.rank)
 			f.reset(rs, "restart")
@@ -203,6 +212,31 @@ func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg)
 			continue
 		}
 		f.live(ctx, rs, seq, msg.Frames[2])
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(f.cfg.IdleProbe)
+	}
+}
+
+// probeTail asks the replay socket for batches after the last one applied and applies them:
+// they were published and lost. Live batches that arrive meanwhile are duplicates and dropped.
+func (f *Follower) probeTail(ctx context.Context, rs *rankState) {
+	before := rs.last
+	switch f.replayFrom(ctx, rs, before+1) {
+	case replayOK:
+		if rs.last > before {
+			f.met.gaps.WithLabelValues(rs.r).Inc()
+			rs.dupFloor = before
+			f.log.Info("kv events: replayed batches lost at the tail", "rank", rs.rank, "after", before, "batches", rs.last-before)
+		}
+	case replayShort:
+		f.log.Warn("kv events: the lost tail is no longer replayable: clearing the mirror, cold until rebuilt", "rank", rs.rank, "after", before)
+		f.reset(rs, "gap")
+	case replayFailed: // logged; the next live batch or probe tries again
 	}
 }
 
@@ -222,7 +256,7 @@ func (f *Follower) live(ctx context.Context, rs *rankState, seq uint64, payload 
 		f.met.gaps.WithLabelValues(rs.r).Inc()
 		f.log.Info("kv events gap", "rank", rs.rank, "last", rs.last, "seq", seq)
 		from := rs.last + 1
-		if f.replayFrom(ctx, rs, from) && rs.last >= seq {
+		if f.replayFrom(ctx, rs, from) == replayOK && rs.last >= seq {
 			rs.dupFloor = from - 1
 			return // the replay covered this batch too
 		}
@@ -250,7 +284,7 @@ func (f *Follower) baseline(ctx context.Context, rs *rankState, seq uint64, payl
 		f.applyBatch(rs, seq, payload)
 		return
 	}
-	if f.replayFrom(ctx, rs, 0) && rs.last >= seq {
+	if f.replayFrom(ctx, rs, 0) == replayOK && rs.last >= seq {
 		f.setComplete(rs, true)
 		rs.dupFloor = 0
 		return
@@ -327,87 +361,174 @@ func (f *Follower) applyBatch(rs *rankState, seq uint64, payload []byte) {
 // errReplayEnd is returned by a replay read at the end marker.
 var errReplayEnd = errors.New("replay end")
 
+// Replay rounds. The engine's ROUTER drops replies beyond its high-water mark without a word
+// (reported for SGLang, SG-38945), so a long replay can arrive with holes and without its end
+// marker: the follower keeps the consecutive part, asks again from there, and treats a reply
+// stream that goes quiet for replayQuiet as ended.
+const (
+	// maxReplayRounds bounds the requests for one gap: each round must make progress, and 64
+	// rounds of at least one default ROUTER HWM (1,000 replies) cover vLLM's 10,000-batch buffer
+	// several times over.
+	maxReplayRounds = 64
+	// replayQuiet: 250 ms without a reply ends a round that has received something; the engine
+	// sends its buffer back to back, so a pause that long means the rest was dropped.
+	replayQuiet = 250 * time.Millisecond
+)
+
+var (
+	errShort  = errors.New("replay starts after the requested sequence")
+	errHole   = errors.New("replay reply has a hole")
+	errNoNews = errors.New("replay round made no progress")
+)
+
 // replayFrom asks the rank's replay socket for every buffered batch from seq from and applies
-// those after rs.last (all of them when the rank has no baseline yet). It returns true when the
-// reply started exactly at from (nothing is missing); false when there is no replay socket, the
-// exchange failed or timed out, or the engine's buffer no longer reaches back to from.
-func (f *Follower) replayFrom(ctx context.Context, rs *rankState, from uint64) bool {
+// those after rs.last (all of them when the rank has no baseline yet), in rounds until the
+// reply is complete.
+func (f *Follower) replayFrom(ctx context.Context, rs *rankState, from uint64) replayResult {
 	if rs.replay == "" {
 		f.met.replays.WithLabelValues(rs.r, "none").Inc()
-		return false
+		return replayFailed
 	}
-	rctx, cancel := context.WithTimeout(ctx, f.cfg.ReplayTimeout)
-	defer cancel()
-	first, n, err := Replay(rctx, rs.replay, from, func(seq uint64, payload []byte) error {
-		if rs.have && seq <= rs.last {
+	total := 0
+	for round := 0; round < maxReplayRounds; round++ {
+		want := from
+		if rs.have {
+			want = rs.last + 1
+		}
+		applied := 0
+		rctx, cancel := context.WithTimeout(ctx, f.cfg.ReplayTimeout)
+		first, _, complete, err := Replay(rctx, rs.replay, want, func(seq uint64, payload []byte) error {
+			next := want
+			if rs.have {
+				next = rs.last + 1
+			}
+			switch {
+			case rs.have && seq < next:
+				return nil // already applied
+			case seq != next && applied == 0 && (round == 0 || !rs.have):
+				return errShort
+			case seq != next:
+				return errHole
+			}
+			f.applyBatch(rs, seq, payload)
+			applied++
 			return nil
+		})
+		cancel()
+		total += applied
+		switch {
+		case errors.Is(err, errShort):
+			f.met.replays.WithLabelValues(rs.r, "short").Inc()
+			f.log.Info("kv events replay does not reach back", "rank", rs.rank, "from", want, "first", first)
+			return replayShort
+		case err != nil && !errors.Is(err, errHole):
+			f.met.replays.WithLabelValues(rs.r, "failed").Inc()
+			f.log.Warn("kv events replay failed", "rank", rs.rank, "endpoint", rs.replay, "from", want, "err", err)
+			return replayFailed
+		case err == nil && complete:
+			f.met.replays.WithLabelValues(rs.r, "ok").Inc()
+			if total > 0 {
+				f.log.Info("kv events replayed", "rank", rs.rank, "from", from, "batches", total, "rounds", round+1)
+			}
+			return replayOK
+		case applied == 0:
+			f.met.replays.WithLabelValues(rs.r, "failed").Inc()
+			f.log.Warn("kv events replay", "rank", rs.rank, "from", want, "err", errNoNews)
+			return replayFailed
 		}
-		if !rs.have && seq != from {
-			return errShort // the buffer does not reach back: nothing applied
-		}
-		if rs.have && seq != rs.last+1 {
-			return errShort
-		}
-		f.applyBatch(rs, seq, payload)
-		return nil
-	})
-	switch {
-	case errors.Is(err, errShort):
-		f.met.replays.WithLabelValues(rs.r, "short").Inc()
-		f.log.Info("kv events replay does not reach back", "rank", rs.rank, "from", from, "first", first)
-		return false
-	case err != nil:
-		f.met.replays.WithLabelValues(rs.r, "failed").Inc()
-		f.log.Warn("kv events replay failed", "rank", rs.rank, "endpoint", rs.replay, "from", from, "err", err)
-		return false
+		// A hole or a quiet end: ask again from the last batch applied.
 	}
-	f.met.replays.WithLabelValues(rs.r, "ok").Inc()
-	f.log.Info("kv events replayed", "rank", rs.rank, "from", from, "batches", n)
-	return n > 0 && first == from
+	f.met.replays.WithLabelValues(rs.r, "failed").Inc()
+	return replayFailed
 }
 
-var errShort = errors.New("replay starts after the requested sequence")
+// replayResult is the outcome of replayFrom.
+type replayResult uint8
+
+const (
+	replayOK     replayResult = iota // nothing missing up to the end of the engine's buffer
+	replayShort                      // the buffer no longer reaches back: nothing applied
+	replayFailed                     // no replay socket, or the exchange failed
+)
 
 // Replay sends one replay request for batches from seq from to the ROUTER at endpoint and calls
-// fn for each batch of the reply, in order, until the end marker. It accepts both reply layouts:
-// [empty, seq, payload] (vLLM ≤ v0.25, SGLang) and [empty, topic, seq, payload] (vLLM ≥ v0.26).
-// It returns the first sequence number received and the number of batches. ctx bounds the
-// exchange: an engine that finds the request invalid does not answer at all.
-func Replay(ctx context.Context, endpoint string, from uint64, fn func(seq uint64, payload []byte) error) (first uint64, n int, err error) {
+// fn for each batch of the reply, in order, until the end marker (complete), until the reply
+// goes quiet for replayQuiet after at least one batch (not complete: the rest was dropped), or
+// until fn returns an error. It accepts both reply layouts: [empty, seq, payload] (vLLM ≤ v0.25,
+// SGLang) and [empty, topic, seq, payload] (vLLM ≥ v0.26). It returns the first sequence number
+// received and the number of batches. ctx bounds the exchange: an engine that finds the request
+// invalid does not answer at all.
+func Replay(ctx context.Context, endpoint string, from uint64, fn func(seq uint64, payload []byte) error) (first uint64, n int, complete bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	sock := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0))
-	defer sock.Close()
+	// The socket's reader: the only goroutine calling Recv; it ends when the socket closes.
+	msgs := make(chan zmq4.Msg, 64)
+	readerDone := make(chan struct{})
+	defer func() {
+		cancel()
+		_ = sock.Close()
+		<-readerDone
+	}()
 	if err := sock.Dial(endpoint); err != nil {
-		return 0, 0, fmt.Errorf("dial replay %s: %w", endpoint, err)
+		close(readerDone)
+		return 0, 0, false, fmt.Errorf("dial replay %s: %w", endpoint, err)
 	}
+	go func() {
+		defer close(readerDone)
+		defer close(msgs)
+		for {
+			msg, err := sock.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	var seq8 [8]byte
 	putSeq(seq8[:], from)
 	if err := sock.SendMulti(zmq4.NewMsgFrom([]byte{}, seq8[:])); err != nil {
-		return 0, 0, fmt.Errorf("send replay request: %w", err)
+		return 0, 0, false, fmt.Errorf("send replay request: %w", err)
 	}
+	quiet := time.NewTimer(time.Hour)
+	defer quiet.Stop()
 	for {
-		msg, err := sock.Recv()
-		if err != nil {
-			if ctx.Err() != nil {
-				return first, n, fmt.Errorf("replay: %w", context.Cause(ctx))
+		var msg zmq4.Msg
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return first, n, false, fmt.Errorf("replay: %w", context.Cause(ctx))
+		case <-quiet.C:
+			return first, n, false, nil
+		case msg, ok = <-msgs:
+			if !ok {
+				return first, n, false, fmt.Errorf("replay receive: socket closed")
 			}
-			return first, n, fmt.Errorf("replay receive: %w", err)
 		}
 		seq, payload, err := parseReplay(msg.Frames)
 		if errors.Is(err, errReplayEnd) {
-			return first, n, nil
+			return first, n, true, nil
 		}
 		if err != nil {
-			return first, n, err
+			return first, n, false, err
 		}
 		if n == 0 {
 			first = seq
 		}
 		n++
 		if err := fn(seq, payload); err != nil {
-			return first, n, err
+			return first, n, false, err
 		}
+		if !quiet.Stop() {
+			select {
+			case <-quiet.C:
+			default:
+			}
+		}
+		quiet.Reset(replayQuiet)
 	}
 }
 

@@ -24,6 +24,7 @@ one JSON command per line on stdin and answers one JSON line per command on stdo
   {"op": "restart"}                         → a new publisher instance: seq back to 0, empty buffer
   {"op": "forget"}                          → the replay buffer forgets everything sent so far
   (a restart makes the next batch seq 0; the buffer then starts over too)
+  {"op": "burst", "n": k, "base": t}        → k one-block chains, tokens from t, back to back
   {"op": "quit"}
 """
 
@@ -62,6 +63,9 @@ class Publisher:
         self.args = args
         self.ctx = zmq.Context()
         self.pub = self.ctx.socket(zmq.PUB)
+        if args.hwm:
+            self.pub.setsockopt(zmq.SNDHWM, args.hwm)  # PUB drops beyond it, as vLLM's hwm
+            self.pub.setsockopt(zmq.SNDBUF, 4096)
         port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.pub_ep = "tcp://127.0.0.1:%d" % port
         self.router = None
@@ -137,7 +141,8 @@ class Publisher:
         seq = self.seq
         self.seq += 1
         self.buffer.append((seq, payload))
-        self.buffer = self.buffer[-10000:]
+        if len(self.buffer) > self.args.buffer_steps:
+            self.buffer = self.buffer[-self.args.buffer_steps:]
         if self.drop > 0:
             self.drop -= 1
         else:
@@ -249,6 +254,11 @@ class Publisher:
                 self.restart()
             elif op == "forget":
                 self.buffer = []
+            elif op == "burst":  # n one-block chains back to back, as fast as the socket takes them
+                keys = []
+                for i in range(c["n"]):
+                    keys.append(self.cmd_store({"tokens": [c["base"] + 4 * i + j for j in range(self.args.block_size)]})["hashes"][0])
+                out = {"hashes": keys}
             elif op == "quit":
                 break
             print(json.dumps(out), flush=True)
@@ -263,6 +273,8 @@ def main():
     p.add_argument("--replay-topic", action="store_true")
     p.add_argument("--topic", default="")
     p.add_argument("--block-size", type=int, default=4)
+    p.add_argument("--hwm", type=int, default=0, help="PUB send high-water mark (0: libzmq's default)")
+    p.add_argument("--buffer-steps", type=int, default=10000, help="replay buffer, as vLLM's buffer_steps")
     Publisher(p.parse_args()).run()
 
 
