@@ -127,8 +127,13 @@ func (f *Follower) Connected() bool {
 // topic prefix and hands every message to the applier. It closes ch when it returns.
 func (f *Follower) read(ctx context.Context, rs *rankState, ch chan<- zmq4.Msg) {
 	defer close(ch)
-	sock := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerRetry(f.cfg.RedialInterval),
-		zmq4.WithDialerMaxRetries(-1))
+	opts := []zmq4.Option{zmq4.WithDialerRetry(f.cfg.RedialInterval), zmq4.WithDialerMaxRetries(-1)}
+	if !f.cfg.Listen {
+		// Redial a restarted engine. Not when listening: go-zeromq's reconnect dials the
+		// socket's own endpoint when a peer leaves, which is wrong for a bound socket.
+		opts = append(opts, zmq4.WithAutomaticReconnect(true))
+	}
+	sock := zmq4.NewSub(ctx, opts...)
 	defer sock.Close()
 	if err := sock.SetOption(zmq4.OptionSubscribe, f.cfg.Topic); err != nil {
 		f.log.Error("kv events subscribe", "rank", rs.rank, "err", err)
@@ -187,9 +192,16 @@ func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg)
 		case <-ctx.Done():
 			return
 		case <-idle.C:
-			// Quiet: batches lost at the tail show up only in the replay buffer.
-			if rs.have && rs.replay != "" {
+			// Quiet: batches lost at the tail (or, before the first live batch, everything the
+			// engine published before the subscription took) show up only in the replay buffer.
+			switch {
+			case rs.replay == "":
+			case rs.have:
 				f.probeTail(ctx, rs)
+			case f.replayFrom(ctx, rs, 0) == replayOK:
+				// The buffer reaches back to seq 0, or is empty because the engine has published
+				// nothing yet (its buffer only ever drops its oldest batches): a clean baseline.
+				f.setComplete(rs, true)
 			}
 			idle.Reset(f.cfg.IdleProbe)
 			continue
