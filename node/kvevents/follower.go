@@ -30,9 +30,6 @@ type Follower struct {
 	ranks  []*rankState
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
-	// OnReset, when set before Start, is called (from an applier goroutine) after a rank's mirror
-	// was dropped because the engine restarted or the stream could not be recovered.
-	OnReset func(rank int, cause string)
 }
 
 // rankState is one rank's subscription; its fields are owned by that rank's applier.
@@ -325,15 +322,12 @@ func (f *Follower) setComplete(rs *rankState, ok bool) {
 	f.met.complete.WithLabelValues(rs.r).Set(v)
 }
 
-// reset drops the rank's mirror and tells the owner.
+// reset drops the rank's mirror; its removals reach routers through the summary journal.
 func (f *Follower) reset(rs *rankState, cause string) {
 	f.met.resyncs.WithLabelValues(rs.r, cause).Inc()
 	f.mirror.Clear(rs.rank)
 	rs.have, rs.last, rs.dupFloor = false, 0, 0
 	f.setComplete(rs, false)
-	if f.OnReset != nil {
-		f.OnReset(rs.rank, cause)
-	}
 }
 
 // applyBatch decodes and applies one batch, recording it as the last applied.
