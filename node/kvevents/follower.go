@@ -121,40 +121,60 @@ func (f *Follower) Connected() bool {
 }
 
 // read owns the rank's SUB socket: it dials (retrying until ctx ends) or binds, subscribes to the
-// topic prefix and hands every message to the applier. It closes ch when it returns.
+// topic prefix and hands every message to the applier. When the connection ends (the engine
+// went away) it opens a new socket and dials again; a restarted engine is then recognised by
+// its sequence numbers. It closes ch when ctx ends.
 func (f *Follower) read(ctx context.Context, rs *rankState, ch chan<- zmq4.Msg) {
 	defer close(ch)
-	opts := []zmq4.Option{zmq4.WithDialerRetry(f.cfg.RedialInterval), zmq4.WithDialerMaxRetries(-1)}
-	if !f.cfg.Listen {
-		// Redial a restarted engine. Not when listening: go-zeromq's reconnect dials the
-		// socket's own endpoint when a peer leaves, which is wrong for a bound socket.
-		opts = append(opts, zmq4.WithAutomaticReconnect(true))
+	for ctx.Err() == nil {
+		sock, err := f.open(ctx, rs)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.Error("kv events socket", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "err", err)
+			}
+		} else {
+			rs.connected.Store(true)
+			f.log.Info("kv events subscribed", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "topic", f.cfg.Topic)
+			f.receive(ctx, rs, sock, ch)
+			rs.connected.Store(false)
+			_ = sock.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(f.cfg.RedialInterval):
+		}
 	}
-	sock := zmq4.NewSub(ctx, opts...)
-	defer sock.Close()
+}
+
+// open returns a subscribed SUB socket, dialled (retrying every RedialInterval until ctx ends)
+// or bound. The library's own reconnect is not used: it redials the socket's own endpoint even
+// when bound, and races with Close; a new socket per connection is simpler and safe.
+func (f *Follower) open(ctx context.Context, rs *rankState) (zmq4.Socket, error) {
+	sock := zmq4.NewSub(ctx, zmq4.WithDialerRetry(f.cfg.RedialInterval), zmq4.WithDialerMaxRetries(-1))
 	if err := sock.SetOption(zmq4.OptionSubscribe, f.cfg.Topic); err != nil {
-		f.log.Error("kv events subscribe", "rank", rs.rank, "err", err)
-		return
+		_ = sock.Close()
+		return nil, err
 	}
 	var err error
 	if f.cfg.Listen {
 		err = sock.Listen(rs.endpoint)
 	} else {
-		err = sock.Dial(rs.endpoint) // retries every RedialInterval until ctx ends
+		err = sock.Dial(rs.endpoint)
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			f.log.Error("kv events socket", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "err", err)
-		}
-		return
+		_ = sock.Close()
+		return nil, err
 	}
-	rs.connected.Store(true)
-	f.log.Info("kv events subscribed", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "topic", f.cfg.Topic)
+	return sock, nil
+}
+
+// receive hands messages to the applier until the connection ends or ctx does.
+func (f *Follower) receive(ctx context.Context, rs *rankState, sock zmq4.Socket, ch chan<- zmq4.Msg) {
 	for {
 		msg, err := sock.Recv()
 		if err != nil {
 			if ctx.Err() == nil {
-				f.log.Warn("kv events receive", "rank", rs.rank, "err", err)
+				f.log.Warn("kv events connection ended; reconnecting", "rank", rs.rank, "endpoint", rs.endpoint, "err", err)
 			}
 			return
 		}
@@ -231,10 +251,29 @@ func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg)
 	}
 }
 
-// probeTail asks the replay socket for batches after the last one applied and applies them:
-// they were published and lost. Live batches that arrive meanwhile are duplicates and dropped.
+// probeTail checks a quiet rank against the engine's replay buffer. It first asks from the last
+// batch applied: the engine's buffer only ever drops its oldest batches, so an empty answer
+// means the engine's sequence started over below it (a restart whose first batches were lost),
+// and a first batch after it means the buffer moved past it. Otherwise it replays whatever came
+// after the last batch (published and lost at the tail); live duplicates are dropped.
 func (f *Follower) probeTail(ctx context.Context, rs *rankState) {
 	before := rs.last
+	rctx, cancel := context.WithTimeout(ctx, f.cfg.ReplayTimeout)
+	first, n, complete, err := Replay(rctx, rs.replay, before, func(uint64, []byte) error { return errStop })
+	cancel()
+	switch {
+	case err == nil && complete && n == 0:
+		f.log.Warn("kv events: the engine's replay buffer no longer holds the last batch applied: it restarted; dropping the mirror", "rank", rs.rank, "last", before)
+		f.reset(rs, "restart")
+		return
+	case errors.Is(err, errStop) && first > before:
+		f.log.Warn("kv events: the lost tail is no longer replayable: clearing the mirror, cold until rebuilt", "rank", rs.rank, "after", before)
+		f.reset(rs, "gap")
+		return
+	case !errors.Is(err, errStop):
+		f.log.Debug("kv events idle probe", "rank", rs.rank, "err", err)
+		return
+	}
 	switch f.replayFrom(ctx, rs, before+1) {
 	case replayOK:
 		if rs.last > before {
@@ -245,9 +284,15 @@ func (f *Follower) probeTail(ctx context.Context, rs *rankState) {
 	case replayShort:
 		f.log.Warn("kv events: the lost tail is no longer replayable: clearing the mirror, cold until rebuilt", "rank", rs.rank, "after", before)
 		f.reset(rs, "gap")
+	case replayRestarted:
+		f.log.Warn("kv events: the engine restarted (its replay buffer starts over); dropping the mirror", "rank", rs.rank)
+		f.reset(rs, "restart")
 	case replayFailed: // logged; the next live batch or probe tries again
 	}
 }
+
+// errStop ends a replay exchange early (probeTail looks at the first batch only).
+var errStop = errors.New("enough")
 
 // live handles one live batch by its sequence number.
 func (f *Follower) live(ctx context.Context, rs *rankState, seq uint64, payload []byte) {
@@ -385,6 +430,8 @@ var (
 	errShort  = errors.New("replay starts after the requested sequence")
 	errHole   = errors.New("replay reply has a hole")
 	errNoNews = errors.New("replay round made no progress")
+	// errRestarted: the reply holds sequence numbers below the requested one.
+	errRestarted = errors.New("replay reply from a restarted engine")
 )
 
 // replayFrom asks the rank's replay socket for every buffered batch from seq from and applies
@@ -409,6 +456,10 @@ func (f *Follower) replayFrom(ctx context.Context, rs *rankState, from uint64) r
 				next = rs.last + 1
 			}
 			switch {
+			case seq < want:
+				// The ROUTER answers from the requested sequence on: an earlier one comes from
+				// a new publisher, i.e. the engine restarted.
+				return errRestarted
 			case rs.have && seq < next:
 				return nil // already applied
 			case seq != next && applied == 0 && (round == 0 || !rs.have):
@@ -423,6 +474,9 @@ func (f *Follower) replayFrom(ctx context.Context, rs *rankState, from uint64) r
 		cancel()
 		total += applied
 		switch {
+		case errors.Is(err, errRestarted):
+			f.met.replays.WithLabelValues(rs.r, "restarted").Inc()
+			return replayRestarted
 		case errors.Is(err, errShort):
 			f.met.replays.WithLabelValues(rs.r, "short").Inc()
 			f.log.Info("kv events replay does not reach back", "rank", rs.rank, "from", want, "first", first)
@@ -452,9 +506,10 @@ func (f *Follower) replayFrom(ctx context.Context, rs *rankState, from uint64) r
 type replayResult uint8
 
 const (
-	replayOK     replayResult = iota // nothing missing up to the end of the engine's buffer
-	replayShort                      // the buffer no longer reaches back: nothing applied
-	replayFailed                     // no replay socket, or the exchange failed
+	replayOK        replayResult = iota // nothing missing up to the end of the engine's buffer
+	replayShort                         // the buffer no longer reaches back: nothing applied
+	replayFailed                        // no replay socket, or the exchange failed
+	replayRestarted                     // the reply comes from a restarted engine (lower sequences)
 )
 
 // Replay sends one replay request for batches from seq from to the ROUTER at endpoint and calls

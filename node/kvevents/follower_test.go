@@ -137,3 +137,50 @@ func TestFollowerListen(t *testing.T) {
 		t.Fatal("a mirror rebuilt from AllBlocksCleared is not complete")
 	}
 }
+
+// A restarted engine process: the socket goes away, the follower redials, the new publisher's
+// sequence starts at 0 again and nothing says the old cache is gone. The mirror drops what the
+// old engine held and holds only what the new one publishes.
+func TestFollowerEngineProcessRestart(t *testing.T) {
+	const bs = 4
+	port, rport := freePorts(t, 1), freePorts(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := func() *Publisher {
+		pc := DefaultPublisherConfig()
+		pc.Endpoint, pc.Replay = "tcp://127.0.0.1:"+itoa(port), "tcp://127.0.0.1:"+itoa(rport)
+		var p *Publisher
+		var err error
+		for try := 0; try < 100; try++ { // the old process's port may linger a moment
+			if p, err = NewPublisher(ctx, pc, nil); err == nil {
+				return p
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatal(err)
+		return nil
+	}
+	old := start()
+	m := NewMirror(bs)
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Replay = old.Addr(), old.ReplayAddr()
+	cfg.RedialInterval = 20 * time.Millisecond
+	f, err := NewFollower(cfg, m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	defer f.Close()
+	a, b := toks(1, 8), toks(50, 8)
+	for i := 0; i < 3; i++ {
+		old.Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{uint64(10 + 2*i), uint64(11 + 2*i)}, Tokens: a, BlockSize: bs}})
+	}
+	waitFor(t, "old engine mirrored", func() bool { return m.PeekMatchedTokens(a, bs, 0) == 8 })
+	old.Close()
+	restarted := start()
+	defer restarted.Close()
+	restarted.Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{99, 98}, Tokens: b, BlockSize: bs}})
+	waitFor(t, "new engine mirrored, old cache dropped", func() bool {
+		return m.PeekMatchedTokens(b, bs, 0) == 8 && m.PeekMatchedTokens(a, bs, 0) == 0 && f.Complete()
+	})
+}
