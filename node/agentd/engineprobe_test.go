@@ -83,3 +83,14 @@ func TestEngineProbeFollowsEngine(t *testing.T) {
 	start.Store(2000)
 	wait("restart reported", func() bool { return restarts.Load() == 1 })
 }
+
+// FuzzParseEngineMetrics: any /metrics body parses without panicking, and the load it reports
+// is never negative (uint fields saturate at 0).
+func FuzzParseEngineMetrics(f *testing.F) {
+	f.Add("vllm:num_requests_running{engine=\"0\"} 3\nprocess_start_time_seconds 1.7e9\n")
+	f.Add("# HELP x\nsglang:num_queue_reqs -5\nprefixmesh_simengine_free_blocks NaN\n")
+	f.Add("vllm:num_requests_waiting{a=\"}\"} +Inf\n")
+	f.Fuzz(func(t *testing.T, body string) {
+		_, _ = parseEngineMetrics(strings.NewReader(body))
+	})
+}
