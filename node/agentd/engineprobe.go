@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -159,7 +160,7 @@ func parseEngineMetrics(r io.Reader) (started float64, ld cluster.Load) {
 		}
 		valStr, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
 		v, err := strconv.ParseFloat(valStr, 64)
-		if err != nil {
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 			continue
 		}
 		switch name {
