@@ -120,3 +120,35 @@ func TestRouteAndFrontDoorShareState(t *testing.T) {
 		t.Fatalf("front door chose %s with %d matched; Route had sent the prefix to %s", pk.NodeID, pk.EstimatedMatchedTokens, resp.NodeId)
 	}
 }
+
+// A dry-run Route explains its decision without recording it: a later front-door request for a
+// longer prompt finds nothing expected anywhere, where a recorded Route would have steered it.
+func TestDryRunRouteRecordsNothing(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	var mirror fakeMirror
+	for i := range 4 {
+		id := fmt.Sprintf("n%d", i)
+		mirror = append(mirror, node(id, 16, true, 0))
+		idx.ReplaceNode(id, 1, 1, nil)
+	}
+	r := newReplica(t, mirror, idx)
+	toks := seq(256, 7)
+	for range 3 {
+		resp, err := r.route.Route(context.Background(), &pb.RouteRequest{Tokens: toks, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetEstimatedMatchedTokens() != 0 {
+			t.Fatalf("dry run saw %d tokens expected on %s: an earlier dry run was recorded", resp.GetEstimatedMatchedTokens(), resp.GetNodeId())
+		}
+	}
+	longer := append(append([]uint32(nil), toks...), seq(64, 90000)...)
+	pk, err := r.picker.Pick(context.Background(), &frontdoor.PickRequest{Tokens: longer}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pk.Done(frontdoor.Outcome{Status: 200})
+	if pk.EstimatedMatchedTokens != 0 {
+		t.Fatalf("front door expects %d tokens on %s after dry runs only", pk.EstimatedMatchedTokens, pk.NodeID)
+	}
+}

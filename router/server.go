@@ -150,9 +150,14 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 	dr := routing.DecideRequest{Tokens: tokens, AdapterID: req.GetAdapterId(), Model: req.GetModel(),
 		SessionKey: routing.SessionKey(req.GetSessionId())}
 	// The client sends the request itself, so the router never sees it end: the decision is
-	// recorded in the overlay for its TTL and shared, but not counted in flight.
+	// recorded in the overlay for its TTL and shared, but not counted in flight. A dry run (a
+	// probe, a what-if) records nothing, so asking does not change later answers.
+	commit := routing.CommitRecord
+	if req.GetDryRun() {
+		commit = routing.CommitNone
+	}
 	c := &sc.choice
-	if err := s.dec.Decide(&dr, sc.nodes, now, routing.CommitRecord, c); err != nil {
+	if err := s.dec.Decide(&dr, sc.nodes, now, commit, c); err != nil {
 		switch {
 		case errors.Is(err, routing.ErrNoCandidates):
 			return nil, status.Error(codes.Unavailable, "route: no eligible node")

@@ -237,9 +237,15 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		return ErrOverloaded
 	}
 	chosen := c.orig[c.dec.Node]
-	c.Node, c.MatchedTokens, c.Reason = chosen, c.dec.MatchedTokens, c.dec.Reason
+	// Callers see what the engine will report as cached_tokens: vLLM's rule that a fully cached
+	// prompt recomputes its last token (local.EngineCachedTokens, the one place it lives; the
+	// simulated engine reports by it too). The policy ranked the raw matches, at most a block apart.
+	prompt := len(req.Tokens)
+	c.Node, c.Reason = chosen, c.dec.Reason
+	c.MatchedTokens = local.EngineCachedTokens(c.dec.MatchedTokens, prompt, blockSizeOf(&nodes[chosen]))
 	for _, cd := range c.dec.Candidates {
 		cd.Node = c.orig[cd.Node]
+		cd.MatchedTokens = local.EngineCachedTokens(cd.MatchedTokens, prompt, blockSizeOf(&nodes[cd.Node]))
 		c.Candidates = append(c.Candidates, cd)
 	}
 	id := nodes[chosen].ID

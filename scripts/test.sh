@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Issue 11: the KV-event conformance publisher (node/kvevents/testdata/conformance_pub.py) runs on
+# Debian's /usr/bin/python3 with python3-zmq and python3-msgpack; install them in CI when missing.
+if [ "${CI:-}" = "true" ] && ! /usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null; then
+  echo "== apt-get install python3-zmq python3-msgpack (issue 11)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends python3 python3-zmq python3-msgpack >/dev/null
+fi
+
 echo "== gofmt"
 bad=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
 if [ -n "$bad" ]; then

@@ -120,8 +120,9 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "prefixmesh demo: %d node agents with simulated engines (%d KV blocks of %d tokens, prefill %.0f tok/s), 1 router with Raft, real gossip, gRPC and HTTP on loopback\n",
-		cfg.Nodes, cfg.KVBlocks, cfg.BlockSize, cfg.PrefillPerSec)
+	fmt.Fprintf(stdout, "prefixmesh demo: %d simulated engines (%d KV blocks of %d tokens, prefill %.0f tok/s) publishing vLLM KV events over ZMQ,\n"+
+		"%d node agents in --engine vllm mode mirroring them, 1 router with Raft, real gossip, gRPC and HTTP on loopback\n",
+		cfg.Nodes, cfg.KVBlocks, cfg.BlockSize, cfg.PrefillPerSec, cfg.Nodes)
 	fmt.Fprintf(stdout, "replaying %d requests of %s at %gx speed through the HTTP front door, once per policy (daemon logs: %s)\n\n",
 		len(reqs), source, cfg.Speed, cfg.LogFile)
 

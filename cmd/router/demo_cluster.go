@@ -32,6 +32,13 @@ type demoCluster struct {
 	failure  error
 	httpAddr string
 	grpcAddr string
+	nodes    []demoNode // filled once every node agent has written its addresses
+}
+
+// demoNode is one node's pair of daemons: the engine and the agent mirroring it.
+type demoNode struct {
+	id                    string
+	agentGRPC, engineGRPC string
 }
 
 func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string, logs io.Writer) (*demoCluster, error) {
@@ -58,19 +65,46 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 		return nil, err
 	}
 	c.httpAddr, c.grpcAddr = addrs["http"], addrs["grpc"]
+	// Each node is the production pair: an engine (the simulated engine, a faithful vLLM that
+	// publishes its cache changes as vLLM KV events with replay, outside the cluster) and a node
+	// agent in --engine vllm mode beside it that mirrors the engine's cache from those events and
+	// gossips the mirror's summary to the router.
 	for i := 0; i < cfg.Nodes; i++ {
 		id := fmt.Sprintf("node-%d", i)
-		c.run(id, func() int {
+		engAddrs := filepath.Join(dir, id+"-engine.addr")
+		c.run(id+"-engine", func() int {
 			return agentd.Main(ctx, []string{
-				"--node-id=" + id, "--log-level=warn", "--engine=sim",
-				"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
-				"--join=" + addrs["gossip"], "--insecure-gossip",
+				"--node-id=" + id + "-engine", "--log-level=warn", "--engine=sim",
+				"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+				"--sim-kv-events=tcp://127.0.0.1:0", "--sim-kv-events-replay=tcp://127.0.0.1:0",
 				fmt.Sprintf("--block-size=%d", cfg.BlockSize), fmt.Sprintf("--kv-blocks=%d", cfg.KVBlocks),
 				fmt.Sprintf("--sim-prefill-tokens-per-s=%g", cfg.PrefillPerSec),
 				fmt.Sprintf("--sim-decode-tokens-per-s=%g", cfg.DecodePerSec),
+				"--drain-timeout=5s", "--addr-file=" + engAddrs,
+			}, io.Discard, logs)
+		})
+		eng, err := waitEngineAddrs(ctx, engAddrs, c, "http", "grpc", "kvevents", "kvevents_replay")
+		if err != nil {
+			c.stop()
+			return nil, fmt.Errorf("%s engine: %w", id, err)
+		}
+		agentAddrs := filepath.Join(dir, id+".addr")
+		c.run(id, func() int {
+			return agentd.Main(ctx, []string{
+				"--node-id=" + id, "--log-level=warn", "--engine=vllm", "--addr-file=" + agentAddrs,
+				"--engine-url=http://" + eng["http"], "--kv-events=" + eng["kvevents"], "--kv-events-replay=" + eng["kvevents_replay"],
+				"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
+				"--join=" + addrs["gossip"], "--insecure-gossip",
+				fmt.Sprintf("--block-size=%d", cfg.BlockSize),
 				"--drain-timeout=5s",
 			}, io.Discard, logs)
 		})
+		ag, err := waitEngineAddrs(ctx, agentAddrs, c, "grpc")
+		if err != nil {
+			c.stop()
+			return nil, fmt.Errorf("%s: %w", id, err)
+		}
+		c.nodes = append(c.nodes, demoNode{id: id, agentGRPC: ag["grpc"], engineGRPC: eng["grpc"]})
 	}
 	if err := c.waitNodes(ctx, cfg.Nodes); err != nil {
 		c.stop()
@@ -150,6 +184,24 @@ func waitAddrFile(ctx context.Context, path string, c *demoCluster) (map[string]
 		return nil, fmt.Errorf("router addresses: %w", err)
 	}
 	return addrs, nil
+}
+
+// waitEngineAddrs waits for a daemon's addr file to name every one of keys.
+func waitEngineAddrs(ctx context.Context, path string, c *demoCluster, keys ...string) (map[string]string, error) {
+	var addrs map[string]string
+	err := pollUntil(ctx, demoStartTimeout, c, func() bool {
+		var err error
+		if addrs, err = addrfile.Read(path); err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if addrs[k] == "" {
+				return false
+			}
+		}
+		return true
+	})
+	return addrs, err
 }
 
 // pollUntil checks cond every 50 ms until it holds, the timeout passes, ctx ends or a daemon of

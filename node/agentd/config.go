@@ -14,6 +14,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
 	"github.com/prefixmesh/prefixmesh/node"
+	"github.com/prefixmesh/prefixmesh/node/kvevents"
 	"github.com/prefixmesh/prefixmesh/node/simengine"
 )
 
@@ -21,7 +22,12 @@ import (
 const (
 	engineSim      = "sim"      // the built-in simulated engine serves the OpenAI API on --http-listen
 	engineExternal = "external" // a real engine at --engine-url calls NodeCache over gRPC
+	engineVLLM     = "vllm"     // vLLM at --engine-url; its cache is mirrored from its KV events
+	engineSGLang   = "sglang"   // SGLang at --engine-url; likewise
 )
+
+// mirrored reports whether the engine mode mirrors a real engine's KV events.
+func mirrored(engine string) bool { return engine == engineVLLM || engine == engineSGLang }
 
 // Config is the node agent's configuration; every field maps 1:1 to a flag.
 type Config struct {
@@ -40,14 +46,30 @@ type Config struct {
 	// KVBlocks is the simulated engine's pool size: 32768 blocks × 16 tokens = 512k tokens, one
 	// 80 GB GPU's KV capacity for an 8B model.
 	KVBlocks int
-	// Engine is "sim" (default, so a bare `prefixmesh-node` is a complete demo node) or
-	// "external".
+	// Engine is "sim" (default, so a bare `prefixmesh-node` is a complete demo node),
+	// "external", "vllm" or "sglang" (the agent mirrors that engine's cache from its KV events).
 	Engine string
-	// EngineURL is the external engine's base URL (required with --engine=external), advertised to
-	// routers that proxy requests to it.
+	// EngineURL is the engine's base URL (required with --engine=external|vllm|sglang),
+	// advertised to routers that proxy requests to it; vllm and sglang are also probed there
+	// (GET /health, /metrics, /v1/models).
 	EngineURL string
-	// Model is the model name the node serves: "prefixmesh-sim", the simulated engine's.
+	// Model is the model name the node serves: "prefixmesh-sim", the simulated engine's. With
+	// --engine=vllm|sglang and no --model, the engine's first served base model (GET /v1/models).
 	Model string
+	// KVEvents is the engine's KV-event PUB endpoint the agent dials (--kv-events): vLLM binds
+	// tcp://*:5557 by default, so tcp://127.0.0.1:5557 from a sidecar. Set KVEventsListen instead
+	// for an engine that dials the agent.
+	KVEvents string
+	// KVEventsListen, when set, is bound by the agent's SUB socket and the engine dials it.
+	KVEventsListen string
+	// KVEventsReplay is the engine's replay ROUTER endpoint (vLLM's replay_endpoint); "" means
+	// none, and a lost message then costs a resync instead of a replay.
+	KVEventsReplay string
+	// KVEventsTopic is the subscription prefix: "" (vLLM's default topic) takes everything.
+	KVEventsTopic string
+	// DPSize is the engine's data-parallel size: rank r publishes on port + r. All ranks of one
+	// engine are one node (docs/engine-integration.md, "Data parallelism"). Default 1.
+	DPSize int
 	// TLSCert and TLSKey are the gRPC server's certificate and key (PEM files). Empty: plaintext.
 	TLSCert, TLSKey string
 	// TLSClientCA, when set, turns on mutual TLS: clients must present a certificate signed by it.
@@ -90,6 +112,19 @@ type SimConfig struct {
 	// Tokenizer: cl100k_base, the router's default, so both sides compute the same ids; set
 	// hf:DIR (a model's tokenizer.json and chat template) to tokenize as vLLM would for it.
 	Tokenizer string
+	// KVEvents, when set, publishes the simulated engine's cache changes as vLLM KV events on
+	// this PUB endpoint (bound), so another agent in --engine vllm mode can mirror it.
+	KVEvents string
+	// KVEventsReplay, when set, serves replay on this ROUTER endpoint (bound).
+	KVEventsReplay string
+	// KVEventsLayout is "map" (vLLM ≥ v0.26, the default) or "array" (the older positional form).
+	KVEventsLayout string
+	// KVEventsHashes is "int" (vLLM's default) or "bytes" (32-byte digests).
+	KVEventsHashes string
+	// KVEventsTopic is the topic frame ("" as vLLM's default).
+	KVEventsTopic string
+	// KVEventsReplayTopic puts the topic frame into replay replies, as vLLM ≥ v0.26: true.
+	KVEventsReplayTopic bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -114,8 +149,13 @@ func DefaultConfig() Config {
 			MaxConcurrent:       64,
 			MaxQueue:            256,
 			Tokenizer:           simengine.DefaultConfig().Tokenizer,
+			KVEventsLayout:      "map",
+			KVEventsHashes:      "int",
+			KVEventsReplayTopic: true,
 		},
-		Gossip: cluster.Flags{Label: cluster.DefaultLabel}, // no --gossip-listen: standalone
+		KVEvents: "tcp://127.0.0.1:5557",
+		DPSize:   1,
+		Gossip:   cluster.Flags{Label: cluster.DefaultLabel}, // no --gossip-listen: standalone
 	}
 }
 
@@ -144,7 +184,7 @@ func (c Config) Validate() error {
 		return bad("--block-size %d: must be in [1, %d]", c.BlockSize, node.MaxBlockSize)
 	case c.KVBlocks <= 0:
 		return bad("--kv-blocks %d: must be positive", c.KVBlocks)
-	case c.Model == "":
+	case c.Model == "" && !mirrored(c.Engine):
 		return bad("--model: must not be empty")
 	case c.DrainTimeout <= 0:
 		return bad("--drain-timeout %v: must be positive", c.DrainTimeout)
@@ -170,19 +210,35 @@ func (c Config) Validate() error {
 			return bad("--sim-max-concurrent %d: must be positive", c.Sim.MaxConcurrent)
 		case c.Sim.MaxQueue < 0:
 			return bad("--sim-max-queue %d: must not be negative", c.Sim.MaxQueue)
+		case c.Sim.KVEventsLayout != "map" && c.Sim.KVEventsLayout != "array":
+			return bad("--sim-kv-events-layout %q: must be map or array", c.Sim.KVEventsLayout)
+		case c.Sim.KVEventsHashes != "int" && c.Sim.KVEventsHashes != "bytes":
+			return bad("--sim-kv-events-hashes %q: must be int or bytes", c.Sim.KVEventsHashes)
+		case c.Sim.KVEventsReplay != "" && c.Sim.KVEvents == "":
+			return bad("--sim-kv-events-replay: needs --sim-kv-events")
 		}
 		sc := simengine.DefaultConfig()
 		sc.Tokenizer = c.Sim.Tokenizer
 		if err := sc.Validate(); err != nil {
 			return bad("--sim-tokenizer %q: %v", c.Sim.Tokenizer, err)
 		}
-	case engineExternal:
+		for _, f := range []struct{ flag, ep string }{{"--sim-kv-events", c.Sim.KVEvents}, {"--sim-kv-events-replay", c.Sim.KVEventsReplay}} {
+			if f.ep != "" && !strings.HasPrefix(f.ep, "tcp://") {
+				return bad("%s %q: want tcp://HOST:PORT", f.flag, f.ep)
+			}
+		}
+	case engineExternal, engineVLLM, engineSGLang:
 		u, err := url.Parse(c.EngineURL)
 		if c.EngineURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("--engine-url %q: --engine=external needs an http(s)://host[:port] URL", c.EngineURL)
+			return bad("--engine-url %q: --engine=%s needs an http(s)://host[:port] URL", c.EngineURL, c.Engine)
+		}
+		if mirrored(c.Engine) {
+			if err := c.kvEventsConfig().Validate(); err != nil {
+				return bad("%v", err)
+			}
 		}
 	default:
-		return bad("--engine %q: must be %q or %q", c.Engine, engineSim, engineExternal)
+		return bad("--engine %q: must be %q, %q, %q or %q", c.Engine, engineSim, engineExternal, engineVLLM, engineSGLang)
 	}
 	if c.Gossip.Listen != "" {
 		if err := c.Gossip.Validate(); err != nil {
@@ -242,9 +298,14 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's `id` in summaries, stats and gossip (the hostname unless set)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in `tokens` the engine inserts with")
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", cfg.KVBlocks, "KV pool size in `blocks` (simulated engine)")
-	fs.StringVar(&cfg.Engine, "engine", cfg.Engine, "engine `mode`: sim (built-in simulated engine) or external (an engine at --engine-url calls NodeCache)")
-	fs.StringVar(&cfg.EngineURL, "engine-url", cfg.EngineURL, "external engine's base `URL` (with --engine=external)")
-	fs.StringVar(&cfg.Model, "model", cfg.Model, "model `name` served by this node")
+	fs.StringVar(&cfg.Engine, "engine", cfg.Engine, "engine `mode`: sim (built-in simulated engine), external (an engine at --engine-url calls NodeCache), vllm or sglang (mirror that engine's cache from its KV events)")
+	fs.StringVar(&cfg.EngineURL, "engine-url", cfg.EngineURL, "the engine's base `URL` (with --engine=external|vllm|sglang)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model `name` served by this node (vllm/sglang: default the engine's, from /v1/models)")
+	fs.StringVar(&cfg.KVEvents, "kv-events", cfg.KVEvents, "the engine's KV-event PUB `endpoint` to dial (tcp://HOST:PORT; --engine=vllm|sglang)")
+	fs.StringVar(&cfg.KVEventsListen, "kv-events-listen", cfg.KVEventsListen, "bind this `endpoint` for KV events instead, for an engine that dials the agent")
+	fs.StringVar(&cfg.KVEventsReplay, "kv-events-replay", cfg.KVEventsReplay, "the engine's KV-event replay ROUTER `endpoint` (empty: none)")
+	fs.StringVar(&cfg.KVEventsTopic, "kv-events-topic", cfg.KVEventsTopic, "KV-event topic `prefix` to subscribe to (empty: all)")
+	fs.IntVar(&cfg.DPSize, "dp-size", cfg.DPSize, "the engine's data-parallel `ranks`: rank r publishes on port + r")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "gRPC server certificate `file` (PEM); empty serves plaintext")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "gRPC server private key `file` (PEM)")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "CA `file` (PEM) for client certificates; setting it requires mutual TLS")
@@ -259,6 +320,12 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.Sim.MaxConcurrent, "sim-max-concurrent", cfg.Sim.MaxConcurrent, "simulated engine: sequences running at once")
 	fs.IntVar(&cfg.Sim.MaxQueue, "sim-max-queue", cfg.Sim.MaxQueue, "simulated engine: requests waiting before 429")
 	fs.StringVar(&cfg.Sim.Tokenizer, "sim-tokenizer", cfg.Sim.Tokenizer, "simulated engine's tokenizer `spec`: cl100k_base, bytes or hf:DIR (a model's tokenizer.json directory)")
+	fs.StringVar(&cfg.Sim.KVEvents, "sim-kv-events", cfg.Sim.KVEvents, "simulated engine: publish its cache changes as vLLM KV events, binding this PUB `endpoint` (tcp://HOST:PORT)")
+	fs.StringVar(&cfg.Sim.KVEventsReplay, "sim-kv-events-replay", cfg.Sim.KVEventsReplay, "simulated engine: serve KV-event replay, binding this ROUTER `endpoint`")
+	fs.StringVar(&cfg.Sim.KVEventsLayout, "sim-kv-events-layout", cfg.Sim.KVEventsLayout, "simulated engine: KV-event `layout`, map (vLLM >= 0.26) or array")
+	fs.StringVar(&cfg.Sim.KVEventsHashes, "sim-kv-events-hashes", cfg.Sim.KVEventsHashes, "simulated engine: block hashes as int or bytes")
+	fs.StringVar(&cfg.Sim.KVEventsTopic, "sim-kv-events-topic", cfg.Sim.KVEventsTopic, "simulated engine: KV-event `topic`")
+	fs.BoolVar(&cfg.Sim.KVEventsReplayTopic, "sim-kv-events-replay-topic", cfg.Sim.KVEventsReplayTopic, "simulated engine: replay replies carry the topic frame (vLLM >= 0.26)")
 	cfg.Gossip.Register(fs)
 	return fs
 }
@@ -275,8 +342,28 @@ func parseConfig(args []string, output io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("%w: unexpected arguments %q", errConfig, fs.Args())
 	}
+	if mirrored(cfg.Engine) && !flagSet(fs, "model") {
+		cfg.Model = "" // ask the engine (GET /v1/models)
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// flagSet reports whether the flag was given (on the command line or in the flag file).
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// kvEventsConfig maps the --kv-events* flags to the follower's configuration.
+func (c Config) kvEventsConfig() kvevents.Config {
+	k := kvevents.DefaultConfig()
+	k.Endpoint, k.Replay, k.Topic, k.DPSize = c.KVEvents, c.KVEventsReplay, c.KVEventsTopic, c.DPSize
+	if c.KVEventsListen != "" {
+		k.Endpoint, k.Listen = c.KVEventsListen, true
+	}
+	return k
 }

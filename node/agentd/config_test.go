@@ -32,7 +32,8 @@ func TestHelp(t *testing.T) {
 	}
 	for _, flag := range []string{"-grpc-listen", "-http-listen", "-node-id", "-block-size", "-kv-blocks", "-engine", "-engine-url",
 		"-model", "-tls-cert", "-tls-key", "-tls-client-ca", "-log-level", "-drain-timeout", "-validate-only", "-addr-file",
-		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr"} {
+		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr",
+		"-kv-events", "-kv-events-listen", "-kv-events-replay", "-kv-events-topic", "-dp-size", "-sim-kv-events"} {
 		if !strings.Contains(stderr.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
@@ -49,9 +50,30 @@ func TestFlagsMapToConfig(t *testing.T) {
 	want := DefaultConfig()
 	want.GRPCListen, want.HTTPListen, want.NodeID, want.BlockSize, want.KVBlocks = "0.0.0.0:9", ":8", "n7", 32, 100
 	want.Model, want.LogLevel, want.DrainTimeout = "m", "debug", 3*time.Second
-	want.Sim = SimConfig{PrefillTokensPerSec: 5, DecodeTokensPerSec: 6, MaxConcurrent: 7, MaxQueue: 0, Tokenizer: "bytes"}
+	want.Sim.PrefillTokensPerSec, want.Sim.DecodeTokensPerSec, want.Sim.MaxConcurrent, want.Sim.MaxQueue = 5, 6, 7, 0
+	want.Sim.Tokenizer = "bytes"
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
+	}
+}
+
+// The real-engine flags (issue 11) map to the follower's configuration; without --model the
+// model is left for the engine to name.
+func TestEngineFlagsMapToConfig(t *testing.T) {
+	cfg, err := parseConfig([]string{"--engine=vllm", "--engine-url=http://127.0.0.1:8000", "--kv-events-listen=tcp://0.0.0.0:5557",
+		"--kv-events-replay=tcp://127.0.0.1:5558", "--kv-events-topic=kv@", "--dp-size=2",
+		"--sim-kv-events=tcp://127.0.0.1:1", "--sim-kv-events-layout=array", "--sim-kv-events-hashes=bytes"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := cfg.kvEventsConfig()
+	if cfg.Model != "" || !k.Listen || k.Endpoint != "tcp://0.0.0.0:5557" || k.Replay != "tcp://127.0.0.1:5558" || k.Topic != "kv@" || k.DPSize != 2 ||
+		cfg.Sim.KVEvents != "tcp://127.0.0.1:1" || cfg.Sim.KVEventsLayout != "array" || cfg.Sim.KVEventsHashes != "bytes" {
+		t.Fatalf("parsed %+v → %+v", cfg, k)
+	}
+	cfg, err = parseConfig([]string{"--engine=sglang", "--engine-url=http://e:30000", "--model=m"}, &bytes.Buffer{})
+	if err != nil || cfg.Model != "m" || cfg.kvEventsConfig().Endpoint != "tcp://127.0.0.1:5557" {
+		t.Fatalf("sglang: %+v %v", cfg, err)
 	}
 }
 
@@ -88,7 +110,14 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--model="}, "--model"},
 		{[]string{"--drain-timeout=0s"}, "--drain-timeout"},
 		{[]string{"--log-level=loud"}, "--log-level"},
-		{[]string{"--engine=vllm"}, "--engine"},
+		{[]string{"--engine=tgi"}, "--engine"},
+		{[]string{"--engine=vllm"}, "--engine-url"},
+		{[]string{"--engine=vllm", "--engine-url=http://e", "--kv-events=udp://x:1"}, "--kv-events"},
+		{[]string{"--engine=vllm", "--engine-url=http://e", "--kv-events-replay=x:1"}, "--kv-events-replay"},
+		{[]string{"--engine=sglang", "--engine-url=http://e", "--dp-size=0"}, "--dp-size"},
+		{[]string{"--sim-kv-events-layout=yaml"}, "--sim-kv-events-layout"},
+		{[]string{"--sim-kv-events-hashes=str"}, "--sim-kv-events-hashes"},
+		{[]string{"--sim-kv-events-replay=tcp://127.0.0.1:1"}, "--sim-kv-events-replay"},
 		{[]string{"--engine=external"}, "--engine-url"},
 		{[]string{"--engine=external", "--engine-url=ftp://x"}, "--engine-url"},
 		{[]string{"--tls-cert=" + missing}, "--tls-cert and --tls-key"},

@@ -10,19 +10,30 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/node/kvevents"
 	"github.com/prefixmesh/prefixmesh/node/simengine"
 )
 
-// startEngine brings up the node's engine side and returns its closer and, when the engine
-// reports one, its load for gossip (nil for an external engine). With --engine=sim it builds
-// the simulated engine over the node's tree and mounts its OpenAI API on mux ("/"; /metrics and
-// /healthz stay the agent's). With --engine=external the engine is another process that calls
-// NodeCache over gRPC; nothing runs here, and --engine-url is what gets advertised.
-func startEngine(ctx context.Context, cfg Config, tree *local.RadixTree, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (closeEngine func(), load cluster.LoadFunc, err error) {
+// engineSide is what the engine wiring hands back to Run.
+type engineSide struct {
+	close   func()
+	load    cluster.LoadFunc // nil: no load to gossip
+	healthy func() bool      // nil: the agent is healthy whenever it serves
+	addrs   []string         // extra bound addresses for the addr file ("kvevents=…")
+}
+
+// startEngine brings up the node's engine side. With --engine=sim it builds the simulated
+// engine over the node's tree and mounts its OpenAI API on mux ("/"; /metrics and /healthz stay
+// the agent's). With --engine=external the engine is another process that calls NodeCache over
+// gRPC; nothing runs here, and --engine-url is what gets advertised. With --engine=vllm|sglang
+// the engine is another process whose KV events keep mirror in step (startMirror).
+func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
 	switch cfg.Engine {
 	case engineExternal:
 		logger.Info("external engine", "url", cfg.EngineURL)
-		return func() {}, nil, nil
+		return engineSide{close: func() {}}, nil
+	case engineVLLM, engineSGLang:
+		return startMirror(ctx, cfg, mirror, logger, reg)
 	case engineSim:
 		sc := simengine.DefaultConfig()
 		sc.BlockSize = cfg.BlockSize
@@ -33,14 +44,75 @@ func startEngine(ctx context.Context, cfg Config, tree *local.RadixTree, logger 
 		sc.MaxConcurrent = cfg.Sim.MaxConcurrent
 		sc.MaxQueue = cfg.Sim.MaxQueue
 		sc.Tokenizer = cfg.Sim.Tokenizer
+		sc.KVEvents.Endpoint = cfg.Sim.KVEvents
+		sc.KVEvents.Replay = cfg.Sim.KVEventsReplay
+		sc.KVEvents.Topic = cfg.Sim.KVEventsTopic
+		sc.KVEvents.ReplayTopicFrame = cfg.Sim.KVEventsReplayTopic
+		if cfg.Sim.KVEventsLayout == "array" {
+			sc.KVEvents.Layout = kvevents.LayoutArray
+		} else {
+			sc.KVEvents.Layout = kvevents.LayoutMap
+		}
+		if cfg.Sim.KVEventsHashes == "bytes" {
+			sc.KVEvents.Hashes = kvevents.HashBytes
+		}
 		eng, err := simengine.New(sc, tree, logger.With("component", "simengine"), reg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("simulated engine: %w", err)
+			return engineSide{}, fmt.Errorf("simulated engine: %w", err)
 		}
-		eng.Start(ctx)
+		if err := eng.Start(ctx); err != nil {
+			return engineSide{}, err
+		}
 		mux.Handle("/", eng.Handler())
-		return eng.Close, simLoad(eng), nil
+		side := engineSide{close: eng.Close, load: simLoad(eng)}
+		if a := eng.KVEventsAddr(); a != "" {
+			side.addrs = append(side.addrs, "kvevents="+a)
+		}
+		if a := eng.KVEventsReplayAddr(); a != "" {
+			side.addrs = append(side.addrs, "kvevents_replay="+a)
+		}
+		return side, nil
 	default:
-		return nil, nil, fmt.Errorf("unknown engine %q", cfg.Engine)
+		return engineSide{}, fmt.Errorf("unknown engine %q", cfg.Engine)
 	}
 }
+
+// startMirror follows a real engine: it learns the served model from /v1/models unless --model
+// was given (waiting for the engine to come up), subscribes to its KV events (one subscription
+// per data-parallel rank) and probes its health, load and process start time. The agent is
+// healthy while the engine is; a changed start time drops the mirror (a restart the event stream
+// may not show).
+func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
+	log := logger.With("component", "kvevents")
+	if cfg.Model == "" {
+		m, err := engineModel(ctx, cfg.EngineURL, log)
+		if err != nil {
+			return engineSide{}, err
+		}
+		if len(m) > maxModelName {
+			return engineSide{}, fmt.Errorf("engine model %q: longer than %d bytes", m, maxModelName)
+		}
+		cfg.Model = m
+		log.Info("engine model", "model", m)
+	}
+	f, err := kvevents.NewFollower(cfg.kvEventsConfig(), mirror, log, reg)
+	if err != nil {
+		return engineSide{}, err
+	}
+	f.Start(ctx)
+	probe := newEngineProbe(cfg.EngineURL, log, f.EngineRestarted)
+	probe.start(ctx)
+	log.Info("mirroring the engine's KV events", "engine", cfg.Engine, "url", cfg.EngineURL,
+		"kv_events", cfg.kvEventsConfig().Endpoint, "listen", cfg.KVEventsListen != "", "replay", cfg.KVEventsReplay, "dp_size", cfg.DPSize)
+	return engineSide{
+		close: func() {
+			f.Close()
+			probe.wait()
+		},
+		load:    probe.load,
+		healthy: probe.healthy,
+	}, nil
+}
+
+// maxModelName bounds a model name learnt from the engine: it travels in gossip metadata.
+const maxModelName = 255

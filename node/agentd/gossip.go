@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
-	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/node/simengine"
 )
 
@@ -16,7 +15,7 @@ import (
 // a memberlist member whose metadata names this node, its epoch (the NodeCache server's, so
 // that a router's repair pull matches), its gRPC and engine addresses, and that publishes the
 // tree's summary journal and the engine's load to every router.
-func startGossip(ctx context.Context, cfg Config, tree *local.RadixTree, epoch uint64, grpcAddr, httpAddr net.Addr,
+func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uint64, grpcAddr, httpAddr net.Addr,
 	load cluster.LoadFunc, logger *slog.Logger, reg prometheus.Registerer) (*cluster.Agent, error) {
 	if cfg.Gossip.Listen == "" {
 		return nil, nil

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
-	"github.com/prefixmesh/prefixmesh/node"
-	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
 
 // gossipHealthPoll is how often the agent re-reads its gossip health: a probe period of
@@ -30,17 +28,18 @@ func (g *gossipHealth) notServing() string {
 	return ""
 }
 
-// start sets health SERVING once the node listens and, with gossip, follows the agent's health
+// start records the gossip agent's health and calls apply (the agent's one health verdict) on
+// every change: at once, and with gossip, following the agent's health
 // until ctx ends; the returned function waits for that. Without gossip the node serves at once.
-func (g *gossipHealth) start(ctx context.Context, agent *cluster.Agent, h *node.Health, logger *slog.Logger) (wait func()) {
+func (g *gossipHealth) start(ctx context.Context, agent *cluster.Agent, apply func(), logger *slog.Logger) (wait func()) {
 	if agent == nil {
-		h.SetServing(true, pb.NodeCache_ServiceDesc.ServiceName)
+		apply()
 		return func() {}
 	}
 	// The first verdict before returning, so /healthz never says ok before the watcher's first look.
 	now := agent.Health()
 	g.reason.Store(&now.Reason)
-	h.SetServing(now.OK, pb.NodeCache_ServiceDesc.ServiceName)
+	apply()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -48,7 +47,7 @@ func (g *gossipHealth) start(ctx context.Context, agent *cluster.Agent, h *node.
 		agent.WatchHealth(ctx, gossipHealthPoll, func(gh cluster.Health) {
 			reason := gh.Reason
 			g.reason.Store(&reason)
-			h.SetServing(gh.OK, pb.NodeCache_ServiceDesc.ServiceName)
+			apply()
 			// Log transitions only: the reason's text may change with every failed join, which
 			// the join loop logs itself (with backoff).
 			switch {

@@ -37,6 +37,10 @@ func TestHelmFlags(t *testing.T) {
 		"sim, gossip key":        join(common, []string{"--gossip-key-file=" + gossipKey}, node, []string{"--engine=sim"}),
 		"external, key and TLS":  join(common, []string{"--gossip-key-file=" + gossipKey}, tls, node, []string{"--engine=external", "--engine-url=http://127.0.0.1:8000"}),
 		"sim, pins from address": join(common, []string{"--insecure-gossip"}, node, []string{"--pins-addr=prefixmesh-router:7080"}),
+		"vllm, key and TLS": join(common, []string{"--gossip-key-file=" + gossipKey}, tls, node, []string{"--engine=vllm", "--engine-url=http://10.0.0.7:8000",
+			"--kv-events=tcp://127.0.0.1:5557", "--kv-events-replay=tcp://127.0.0.1:5558", "--kv-events-topic=", "--dp-size=1"}),
+		"sglang, no replay": join(common, []string{"--insecure-gossip"}, node, []string{"--engine=sglang", "--engine-url=http://10.0.0.7:30000",
+			"--kv-events=tcp://127.0.0.1:5557", "--kv-events-replay=", "--kv-events-topic=kv@", "--dp-size=2"}),
 	}
 	args := []string{"--node-id=gpu-node-7"}
 	for name, flags := range cases {

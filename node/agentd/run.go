@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/internal/addrfile"
 	"github.com/prefixmesh/prefixmesh/internal/connstats"
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
@@ -29,6 +31,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/node"
+	"github.com/prefixmesh/prefixmesh/node/kvevents"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
 
@@ -51,17 +54,29 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// 1. The cache: the only authority on what this node holds (DESIGN.md §1).
-	tree := local.NewRadixTree(local.Options{})
+	// 1. The cache: the only authority on what this node holds (DESIGN.md §1). With a real
+	// engine (--engine=vllm|sglang) that is the engine's own cache, mirrored from its KV events.
+	var (
+		tree   *local.RadixTree
+		mirror *kvevents.Mirror
+		view   cacheView
+	)
+	if mirrored(cfg.Engine) {
+		mirror = kvevents.NewMirror(cfg.BlockSize)
+		view = mirror
+	} else {
+		tree = local.NewRadixTree(local.Options{})
+		view = tree
+	}
 
 	// 2. The NodeCache service over it. The simulated engine's KV pool must see every reference
-	// its cache calls move, so with --engine=sim remote callers only read.
-	cacheSrv, err := node.New(tree, node.Config{
+	// its cache calls move, and a mirrored engine owns its cache, so then remote callers only read.
+	cacheSrv, err := node.New(view, node.Config{
 		NodeID:    cfg.NodeID,
 		BlockSize: cfg.BlockSize,
 		Logger:    logger.With("component", "nodecache"),
 		Registry:  reg,
-		ReadOnly:  cfg.Engine == engineSim,
+		ReadOnly:  cfg.Engine == engineSim || mirrored(cfg.Engine),
 	})
 	if err != nil {
 		return fmt.Errorf("node cache service: %w", err)
@@ -108,10 +123,11 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	// context, cancelled only after the HTTP server has shut down.
 	engineCtx, cancelEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEngine()
-	closeEngine, engineLoad, err := startEngine(engineCtx, cfg, tree, logger, reg, mux)
+	side, err := startEngine(engineCtx, &cfg, tree, mirror, logger, reg, mux)
 	if err != nil {
 		return fmt.Errorf("start engine: %w", err)
 	}
+	closeEngine := side.close
 	defer closeEngine()
 
 	// 6. Listen, then serve.
@@ -125,7 +141,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	// 6b. Gossip (with --gossip-listen): publish this node's summary and load to the routers.
-	agent, err := startGossip(ctx, cfg, tree, cacheSrv.Epoch(), grpcLis.Addr(), httpLis.Addr(), engineLoad, logger, reg)
+	agent, err := startGossip(ctx, cfg, view, cacheSrv.Epoch(), grpcLis.Addr(), httpLis.Addr(), side.load, logger, reg)
 	if err != nil {
 		_ = grpcLis.Close()
 		_ = httpLis.Close()
@@ -133,7 +149,13 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	}
 
 	// 6c. Pins: follow the pin table and hold this node's prefix pins in the tree.
-	pinned, err := startPins(ctx, cfg, tree, agent, logger.With("component", "pins"), reg)
+	var pinned *pinFollower
+	if tree != nil {
+		pinned, err = startPins(ctx, cfg, tree, agent, logger.With("component", "pins"), reg)
+	} else {
+		// A mirrored engine evicts on its own; the agent cannot hold its blocks.
+		logger.Info("prefix pins are not held on a mirrored engine")
+	}
 	if err != nil {
 		if agent != nil {
 			_ = agent.Close(context.Background())
@@ -146,7 +168,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	served := make(chan error, 2)
 	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
 	go func() { served <- serveErr("http", httpSrv.Serve(httpLis)) }()
-	addrs := []string{"grpc=" + addrString(grpcLis.Addr()), "http=" + httpLis.Addr().String()}
+	addrs := append([]string{"grpc=" + addrString(grpcLis.Addr()), "http=" + httpLis.Addr().String()}, side.addrs...)
 	if agent != nil {
 		addrs = append(addrs, "gossip="+agent.GossipAddr()) // with --gossip-listen port 0, peers need it
 	}
@@ -156,15 +178,22 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		}
 	}
 	logger.Info("listening", "grpc", addrString(grpcLis.Addr()), "http", httpLis.Addr().String(),
-		"node_id", cfg.NodeID, "epoch", fmt.Sprintf("%016x", cacheSrv.Epoch()), "engine", cfg.Engine)
+		"node_id", cfg.NodeID, "epoch", fmt.Sprintf("%016x", cacheSrv.Epoch()), "engine", cfg.Engine, "extra", strings.Join(side.addrs, " "))
 
 	// The node's metadata is published by the gossip agent's Start above; routers pull its
-	// summary on their own, so the node is ready as soon as it listens and (with gossip) has
-	// joined; it reports NOT_SERVING again while it is isolated.
-	ready.Store(true)
+	// summary on their own, so the node is ready as soon as it listens (beside a real engine:
+	// whenever that engine is healthy) and, with gossip, has joined; it reports NOT_SERVING
+	// again while the engine is down or the node is isolated. Both watchers feed one verdict.
+	var verdictMu sync.Mutex // serializes verdicts, so the last one reads both inputs' latest
+	applyHealth := func() {
+		verdictMu.Lock()
+		defer verdictMu.Unlock()
+		healthSrv.SetServing(ready.Load() && gossipOK.notServing() == "", pb.NodeCache_ServiceDesc.ServiceName)
+	}
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	defer stopHealth()
-	waitHealth := gossipOK.start(healthCtx, agent, healthSrv, logger.With("component", "gossip"))
+	engineDone := followHealth(healthCtx, side.healthy, &ready, applyHealth, logger)
+	waitGossip := gossipOK.start(healthCtx, agent, applyHealth, logger.With("component", "gossip"))
 	logger.Info("serving")
 
 	var runErr error
@@ -180,7 +209,8 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	// 7. Drain in reverse: stop advertising, let calls finish within the deadline, then cut; the
 	// engine goes last so that completions still being served can finish.
 	stopHealth()
-	waitHealth()
+	<-engineDone
+	waitGossip()
 	ready.Store(false)
 	if agent != nil { // leave the cluster first: routers stop choosing this node at once
 		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout)
@@ -200,6 +230,52 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	}
 	logger.Info("stopped")
 	return runErr
+}
+
+// cacheView is the node's cache as the NodeCache service and the gossip agent read it: a
+// local.RadixTree, or a kvevents.Mirror of a real engine's cache.
+type cacheView interface {
+	node.Tree
+	cluster.Source
+}
+
+var (
+	_ cacheView = (*local.RadixTree)(nil)
+	_ cacheView = (*kvevents.Mirror)(nil)
+)
+
+// followHealth makes the agent's readiness (ready, then apply: /healthz, grpc.health.v1) follow
+// healthy, checked every probeInterval, until ctx ends; with healthy nil the agent is simply ready. The returned
+// channel closes when the loop has stopped.
+func followHealth(ctx context.Context, healthy func() bool, ready *atomic.Bool, apply func(), logger *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	set := func(ok bool) {
+		ready.Store(ok)
+		apply()
+	}
+	if healthy == nil {
+		set(true)
+		close(done)
+		return done
+	}
+	set(healthy())
+	go func() {
+		defer close(done)
+		t := time.NewTicker(probeInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if ok := healthy(); ok != ready.Load() {
+					logger.Info("following the engine's health", "serving", ok)
+					set(ok)
+				}
+			}
+		}
+	}()
+	return done
 }
 
 // drain stops both servers within timeout: health goes NOT_SERVING (and Watch streams end), then

@@ -147,7 +147,9 @@ func TestLifecycle(t *testing.T) {
 	if c := do(); c != 503 {
 		t.Fatalf("before Start: %d", c)
 	}
-	e.Start(t.Context())
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if c := do(); c != 200 {
 		t.Fatalf("after Start: %d", c)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local/kvpool"
+	"github.com/prefixmesh/prefixmesh/node/kvevents"
 )
 
 // Config configures the simulated engine. Flags of `node --engine=sim` map to it one to one.
@@ -35,9 +36,14 @@ type Config struct {
 	// so both compute the same token ids; bytes; or hf:DIR, a real model's tokenizer.json and
 	// chat template, so the engine computes the ids vLLM would for that model.
 	Tokenizer string
-	// MaxBodyBytes caps a request body: 4 MiB holds a 128k-token prompt as a JSON id array
-	// (~7 bytes per id) or ~1M characters of text, and keeps one request from exhausting memory.
+	// MaxBodyBytes caps a request body: 8 MiB, the router front door's cap (frontdoor.MaxBodyBytes),
+	// so whatever a router forwards the engine accepts; it holds a 128k-token prompt as a JSON id
+	// array (~7 bytes per id) twice over and keeps one request from exhausting memory.
 	MaxBodyBytes int64
+	// KVEvents, when KVEvents.Endpoint is set, publishes the engine's cache changes as vLLM KV
+	// events (ZMQ PUB, msgpack; node/kvevents), so a node agent in --engine vllm mode mirrors this
+	// engine exactly as it mirrors vLLM. Off by default: the built-in agent reads the tree directly.
+	KVEvents kvevents.PublisherConfig
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -51,7 +57,8 @@ func DefaultConfig() Config {
 		MaxConcurrent:       64,
 		MaxQueue:            256,
 		Tokenizer:           tokenizer.CL100kBase,
-		MaxBodyBytes:        4 << 20,
+		MaxBodyBytes:        8 << 20,
+		KVEvents:            kvevents.PublisherConfig{BufferSteps: 10000, QueueLen: 100000},
 	}
 }
 
@@ -83,6 +90,9 @@ func (c Config) Validate() error {
 	}
 	if strings.HasPrefix(c.Tokenizer, tokenizer.RenderPrefix) {
 		return bad("Tokenizer %q: the engine tokenizes itself (cl100k_base, bytes or %sDIR)", c.Tokenizer, tokenizer.HFPrefix)
+	}
+	if c.KVEvents.Endpoint != "" && (c.KVEvents.BufferSteps <= 0 || c.KVEvents.QueueLen <= 0) {
+		return bad("KVEvents buffer %d and queue %d must be positive", c.KVEvents.BufferSteps, c.KVEvents.QueueLen)
 	}
 	if _, err := tokenizer.New(c.Tokenizer); err != nil {
 		return bad("Tokenizer: %v", err)

@@ -60,6 +60,8 @@ type Engine struct {
 	outVocab []uint32 // single-token words the output is drawn from
 	created  int64    // unix seconds, for /v1/models
 	ids      atomic.Uint64
+	idPrefix uint64          // random per engine: response ids are unique across nodes
+	events   *eventPublisher // nil unless Config.KVEvents.Endpoint is set
 
 	mu             sync.Mutex // guards everything below
 	pool           *kvpool.Pool
@@ -88,7 +90,10 @@ type waiter struct {
 // ticket is an admitted request: its sequence and its slot on the prefill lane.
 type ticket struct {
 	seq          *kvpool.Seq
-	uncached     int
+	tokens       []uint32
+	adapter      uint64
+	cached       int // reported cached_tokens: local.EngineCachedTokens of the reused prefix
+	uncached     int // prompt tokens prefilled: the rest, the recomputed last block included
 	prefillStart time.Time
 	prefillEnd   time.Time
 	prefilled    bool // guarded by Engine.mu
@@ -123,6 +128,7 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 		log:      logger,
 		outVocab: outputVocab(tok),
 		created:  time.Now().Unix(),
+		idPrefix: rand.Uint64(),
 		pool:     pool,
 	}
 	if e.met, err = newMetrics(e, reg); err != nil {
@@ -132,17 +138,42 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 }
 
 // Start lets the engine serve; requests before Start or after Close get 503. Cancelling ctx
-// aborts every request in flight. Start does not block and starts no goroutine.
-func (e *Engine) Start(ctx context.Context) {
+// aborts every request in flight. Start does not block; with KV events configured it binds the
+// publisher's sockets, whose goroutines Close stops.
+func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.started || e.closed {
-		return
+		return nil
+	}
+	if e.cfg.KVEvents.Endpoint != "" {
+		ev, err := newEventPublisher(ctx, e.cfg.KVEvents, e.cache, e.cfg.BlockSize, e.log)
+		if err != nil {
+			return fmt.Errorf("simengine: %w", err)
+		}
+		e.events = ev
 	}
 	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
 	e.log.Info("simulated engine started", "model", e.cfg.Model, "kv_blocks", e.cfg.KVBlocks,
-		"block_size", e.cfg.BlockSize, "tokenizer", e.cfg.Tokenizer)
+		"block_size", e.cfg.BlockSize, "tokenizer", e.cfg.Tokenizer, "kv_events", e.KVEventsAddr())
+	return nil
+}
+
+// KVEventsAddr is the bound KV-event PUB endpoint ("" when not publishing).
+func (e *Engine) KVEventsAddr() string {
+	if e.events == nil {
+		return ""
+	}
+	return e.events.pub.Addr()
+}
+
+// KVEventsReplayAddr is the bound replay endpoint ("" when not serving replay).
+func (e *Engine) KVEventsReplayAddr() string {
+	if e.events == nil {
+		return ""
+	}
+	return e.events.pub.ReplayAddr()
 }
 
 // Close aborts the requests in flight, waits until each has released its blocks and stops
@@ -159,6 +190,9 @@ func (e *Engine) Close() {
 	}
 	e.mu.Unlock()
 	e.inflight.Wait()
+	if e.events != nil {
+		e.events.pub.Close()
+	}
 }
 
 // Load returns the current load.
@@ -250,17 +284,19 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 // happens now, after every earlier request's prefill has been inserted into the cache.
 func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket, error) {
 	seq, err := e.pool.Admit(tokens, adapter, out)
+	e.publishLocked(nil, 0) // the reclaim may have evicted blocks, even when admission failed
 	if err != nil {
 		return nil, err
 	}
 	e.running++
-	tk := &ticket{seq: seq, uncached: len(tokens) - seq.MatchedTokens()}
+	cached := local.EngineCachedTokens(seq.MatchedTokens(), len(tokens), e.cfg.BlockSize)
+	tk := &ticket{seq: seq, tokens: tokens, adapter: adapter, cached: cached, uncached: len(tokens) - cached}
 	tk.prefillStart = time.Now()
 	tk.prefillEnd = tk.prefillStart.Add(e.costs.PrefillTime(tk.uncached))
 	e.prefilling = tk
 	e.pendingPrefill += tk.uncached
 	e.met.promptTokens.Add(float64(len(tokens)))
-	e.met.cachedTokens.Add(float64(seq.MatchedTokens()))
+	e.met.cachedTokens.Add(float64(cached))
 	e.met.prefillTokens.Add(float64(tk.uncached))
 	return tk, nil
 }
@@ -299,6 +335,7 @@ func (e *Engine) prefilled(tk *ticket) {
 	if err := tk.seq.Insert(); err != nil {
 		e.log.Error("kv pool insert", "err", err) // unreachable: a ticket is inserted once
 	}
+	e.publishLocked(tk.tokens, tk.adapter)
 	if e.prefilling == tk {
 		e.prefilling = nil
 	}

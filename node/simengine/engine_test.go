@@ -293,8 +293,9 @@ func TestAdapters(t *testing.T) {
 	if c := cachedOf(map[string]any{"model": "prefixmesh-sim:42"}); c != 0 {
 		t.Fatalf("first adapter request cached %d", c)
 	}
-	if c := cachedOf(map[string]any{"adapter_id": 42}); c != 64 {
-		t.Fatalf("adapter_id 42 after model :42 cached %d, want 64", c)
+	// All 64 tokens are cached; by vLLM's rule the last block is recomputed: 48.
+	if c := cachedOf(map[string]any{"adapter_id": 42}); c != 48 {
+		t.Fatalf("adapter_id 42 after model :42 cached %d, want 48", c)
 	}
 	if c := cachedOf(map[string]any{}); c != 0 {
 		t.Fatalf("base model reused the adapter's cache: %d", c)

@@ -44,7 +44,9 @@ func startEngine(t *testing.T, cfg Config) *testEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Start(t.Context())
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(e.Handler())
 	t.Cleanup(srv.Close) // runs after e.Close: Close ends the requests srv.Close waits for
 	t.Cleanup(e.Close)

@@ -56,7 +56,7 @@ func (e *Engine) Handler() http.Handler {
 }
 
 // serveHealth is vLLM's liveness check: 200 with an empty body while the engine runs, 503 once
-// it has stopped.
+// it has stopped; a node agent in --engine vllm mode follows it.
 func (e *Engine) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	e.mu.Lock()
 	up := e.started && !e.closed
@@ -250,10 +250,11 @@ func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter,
 		return
 	}
 	defer e.release(tk)
-	cached := tk.seq.MatchedTokens()
+	cached := tk.cached
 	w.Header().Set(HeaderCachedTokens, strconv.Itoa(cached))
 
-	resp := response{ID: fmt.Sprintf("cmpl-%016x", e.ids.Add(1)), Object: "text_completion",
+	// Unique across nodes: a random per-engine prefix, then this engine's counter.
+	resp := response{ID: fmt.Sprintf("cmpl-%016x%016x", e.idPrefix, e.ids.Add(1)), Object: "text_completion",
 		Created: arrival.Unix(), Model: req.model}
 	if req.chat {
 		resp.ID = "chat" + resp.ID

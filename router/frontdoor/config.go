@@ -8,10 +8,10 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
-// MaxBodyBytes caps a request body at 8 MiB: twice the simulated engine's 4 MiB cap, which holds a
-// 128k-token prompt as a JSON id array (~7 bytes per id), so whatever an engine accepts passes,
-// while one request can still not make the router buffer an unbounded body (the body is held in
-// memory once, to be tokenised and replayed on a retry).
+// MaxBodyBytes caps a request body at 8 MiB: a 128k-token prompt as a JSON id array (~7 bytes per
+// id) twice over, so whatever an engine accepts passes (the simulated engine accepts exactly this
+// much), while one request can still not make the router buffer an unbounded body (the body is
+// held in memory once, to be tokenised and replayed on a retry).
 const MaxBodyBytes = 8 << 20
 
 // maxErrorBodyBytes bounds how much of a failed (5xx) upstream response is kept to relay if the

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/local"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
@@ -65,9 +66,9 @@ func TestRealTokenizersEndToEnd(t *testing.T) {
 					hits++
 				}
 				// One at a time: the next request is sent once the router's view holds this one.
-				full := len(ids) / 16 * 16
+				full := local.EngineCachedTokens(len(ids), len(ids), 16) // all of it held, by vLLM's rule
 				c.eventually("the router sees the request's blocks", func() error {
-					rr, err := route.Route(context.Background(), &pb.RouteRequest{Tokens: ids})
+					rr, err := route.Route(context.Background(), &pb.RouteRequest{Tokens: ids, DryRun: true})
 					if err != nil {
 						return err
 					}

@@ -379,11 +379,14 @@ func (s *Sim) end(r int, ok bool) {
 	s.ended++
 }
 
-// admitted records the node's actual match at admission, for hit ratio and estimate accuracy.
+// admitted records the node's actual match at admission, for hit ratio and estimate accuracy;
+// the estimate is compared with what a vLLM engine would report for that match as cached_tokens
+// (local.EngineCachedTokens), as the daemons compare it with the engine's report.
 func (s *Sim) admitted(r, matched int) {
-	s.col.promptTokens += int64(len(s.trace.Requests[r].Tokens))
+	n := len(s.trace.Requests[r].Tokens)
+	s.col.promptTokens += int64(n)
 	s.col.matchedTokens += int64(matched)
-	s.col.estimate(s.reqs[r].estimate, matched)
+	s.col.estimate(s.reqs[r].estimate, local.EngineCachedTokens(matched, n, s.cfg.BlockSize))
 }
 
 // reject drops a request no node can ever hold.

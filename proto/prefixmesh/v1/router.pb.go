@@ -43,7 +43,11 @@ type RouteRequest struct {
 	// Model name; empty means any node.
 	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	// Session id for affinity, empty for none.
-	SessionId     string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Explain the decision without acting on it: nothing is recorded in the router's in-flight
+	// overlay nor shared with its peers (a probe, a what-if). By default a routed decision is
+	// recorded, since the caller is expected to send the request to the chosen node.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -111,6 +115,13 @@ func (x *RouteRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *RouteRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 // RouteCandidate is one eligible node as the policy saw it.
@@ -288,7 +299,7 @@ var File_prefixmesh_v1_router_proto protoreflect.FileDescriptor
 
 const file_prefixmesh_v1_router_proto_rawDesc = "" +
 	"\n" +
-	"\x1aprefixmesh/v1/router.proto\x12\rprefixmesh.v1\"\x8e\x01\n" +
+	"\x1aprefixmesh/v1/router.proto\x12\rprefixmesh.v1\"\xa7\x01\n" +
 	"\fRouteRequest\x12\x16\n" +
 	"\x06tokens\x18\x01 \x03(\rR\x06tokens\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x1d\n" +
@@ -296,7 +307,8 @@ const file_prefixmesh_v1_router_proto_rawDesc = "" +
 	"adapter_id\x18\x03 \x01(\x04R\tadapterId\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x05 \x01(\tR\tsessionId\"\x8d\x01\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"\x8d\x01\n" +
 	"\x0eRouteCandidate\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x128\n" +
 	"\x18estimated_matched_tokens\x18\x02 \x01(\x03R\x16estimatedMatchedTokens\x12\x12\n" +

@@ -1,0 +1,16 @@
+// Package kvevents mirrors a real engine's prefix cache from its KV events (DESIGN.md §9): vLLM
+// and SGLang publish every change to their cache on a ZMQ PUB socket as msgpack batches,
+// [topic, seq (8 bytes big-endian), payload], where the payload is [ts, events, dp_rank] and an
+// event is BlockStored, BlockRemoved or AllBlocksCleared, as a tagged positional array or a map
+// keyed by "type" (docs/engine-integration.md has the layouts and versions). Decoder reads both
+// shapes, hashes of any integer width or as bytes, and skips and counts unknown tags and fields
+// without failing the batch. Mirror applies the events: blocks chained by parent hash and token
+// ids, the engine's hashes kept as opaque keys beside the canonical chained hash routers compute,
+// copies counted, interior removals ending matches as in the engine; it answers
+// PeekMatchedTokens and keeps the summary journal the gossip agent publishes, so it stands in for
+// the node's local.RadixTree. Follower runs one subscription per data-parallel rank and keeps the
+// mirror in order: gaps are replayed from the engine's ROUTER replay socket, a sequence that goes
+// back drops the mirror, and a stream that cannot be recovered is cleared and rebuilt, marked
+// incomplete. Publisher and Encoder are the producing side, vLLM's wire format exactly: the
+// simulated engine publishes its cache changes with them.
+package kvevents

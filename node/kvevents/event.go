@@ -1,0 +1,95 @@
+package kvevents
+
+// Kind is an event's type, from its msgspec tag ("type").
+type Kind uint8
+
+// The event kinds vLLM and SGLang publish (docs/engine-integration.md, "Wire format").
+const (
+	KindUnknown Kind = iota // a tag this decoder does not know: skipped and counted
+	KindStored              // "BlockStored"
+	KindRemoved             // "BlockRemoved"
+	KindCleared             // "AllBlocksCleared"
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindStored:
+		return "BlockStored"
+	case KindRemoved:
+		return "BlockRemoved"
+	case KindCleared:
+		return "AllBlocksCleared"
+	default:
+		return "unknown"
+	}
+}
+
+// Tier is a normalised storage medium. Only TierGPU blocks count for matching (the engine
+// prefills from GPU blocks); the others are tracked and exported for a later tier-aware policy.
+type Tier uint8
+
+// Tiers, from the event's "medium" (case-insensitive; nil means GPU, vLLM's and SGLang's default).
+const (
+	TierGPU   Tier = iota // "GPU", or no medium
+	TierCPU               // "CPU", SGLang's "CPU_TIER1", "CPU_TIER2", "CPU_PINNED"
+	TierDisk              // "DISK"
+	TierOther             // anything else ("EXTERNAL", connector tiers)
+	numTiers
+)
+
+var tierNames = [numTiers]string{"gpu", "cpu", "disk", "other"}
+
+func (t Tier) String() string {
+	if t < numTiers {
+		return tierNames[t]
+	}
+	return "other"
+}
+
+// Extra-key classes, one per stored block (Event.Extra).
+const (
+	extraNone  uint8 = iota // nil: the block's hash depends on its tokens and parent only
+	extraLoRA               // a one-string tuple: the LoRA name (vLLM puts lora_name first)
+	extraOther              // anything else: multimodal ids, cache_salt, prompt embeddings
+)
+
+// Event is one decoded KV-cache event. Slices are owned by the Decoder and valid until its next
+// Decode.
+type Event struct {
+	Kind Kind
+	// Hashes are the engine's block hashes as opaque 64-bit keys: unsigned ints as they are,
+	// signed ints by two's complement (SGLang, pre-#23673 vLLM), bytes by their last 8 bytes
+	// (the value vLLM's int mode would have sent).
+	Hashes    []uint64
+	Parent    uint64
+	HasParent bool
+	Tokens    []uint32
+	BlockSize int
+	Tier      Tier
+	// LoRAName is the adapter's name ("" for the base model); LoRAID the deprecated integer id.
+	LoRAName  string
+	LoRAID    int64
+	HasLoRAID bool
+	// Extra classifies each block's extra keys (parallel to Hashes when present, else empty).
+	Extra []uint8
+	// extraStr is the xxhash of a block's one-string extra key, to compare with LoRAName.
+	extraStr []uint64
+	// Salted: SGLang's cache_salt (a metadata map at position 7, or the map field) is set.
+	Salted bool
+	// Group is the KV-cache group (hybrid models); 0 without one.
+	Group int
+	// bad: a field had the wrong type or range; the event is skipped and counted.
+	bad bool
+}
+
+// Batch is one decoded message: its sequence number and its events.
+type Batch struct {
+	Seq     uint64
+	TS      float64
+	Rank    int  // data_parallel_rank (vLLM) or attn_dp_rank (SGLang)
+	HasRank bool // the batch carried a rank
+	Events  []Event
+	// Unknown counts events with an unknown tag; Malformed those with a field of the wrong type
+	// or range; Fields the unknown map keys and trailing positional fields skipped.
+	Unknown, Malformed, Fields int
+}

@@ -1,0 +1,410 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Follower keeps a Mirror in step with an engine: one subscription per data-parallel rank, each
+// a socket reader goroutine feeding one ordered applier goroutine (DESIGN.md §9; the live SUB and
+// the replay DEALER never share a socket). The applier checks every sequence number: the next
+// one is applied; a gap is replayed from the engine's replay socket (both reply layouts, with
+// duplicates from the live queue dropped); a sequence that goes back means the engine restarted,
+// so the rank's mirror is dropped and rebuilt; a gap that cannot be replayed, or a first message
+// after seq 0 that replay cannot reach back to, clears the rank and marks it incomplete (cold)
+// until an AllBlocksCleared or a restart gives it a clean baseline again.
+type Follower struct {
+	cfg    Config
+	mirror *Mirror
+	log    *slog.Logger
+	met    *metrics
+	ranks  []*rankState
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+}
+
+// rankState is one rank's subscription; its fields are owned by that rank's applier.
+type rankState struct {
+	rank      int
+	endpoint  string
+	replay    string
+	have      bool   // a batch of the current engine incarnation was applied
+	last      uint64 // its sequence number
+	dupFloor  uint64 // live batches in (dupFloor, last] are duplicates of replayed ones
+	complete  atomic.Bool
+	connected atomic.Bool
+	dec       *Decoder
+	r         string        // rank label
+	restarted chan struct{} // EngineRestarted's signal to the applier (buffered, 1)
+}
+
+// NewFollower validates cfg and builds a follower over mirror; metrics go to reg when not nil.
+func NewFollower(cfg Config, mirror *Mirror, logger *slog.Logger, reg prometheus.Registerer) (*Follower, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	met, err := newMetrics(reg, mirror)
+	if err != nil {
+		return nil, err
+	}
+	f := &Follower{cfg: cfg, mirror: mirror, log: logger, met: met}
+	for r := 0; r < cfg.DPSize; r++ {
+		ep, err := OffsetPort(cfg.Endpoint, r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rank %d: %v", ErrConfig, r, err)
+		}
+		rp := ""
+		if cfg.Replay != "" {
+			if rp, err = OffsetPort(cfg.Replay, r); err != nil {
+				return nil, fmt.Errorf("%w: rank %d: %v", ErrConfig, r, err)
+			}
+		}
+		f.ranks = append(f.ranks, &rankState{rank: r, endpoint: ep, replay: rp, dec: NewDecoder(), r: strconv.Itoa(r),
+			restarted: make(chan struct{}, 1)})
+		met.complete.WithLabelValues(strconv.Itoa(r)).Set(0)
+	}
+	return f, nil
+}
+
+// Start opens every rank's subscription and returns; the goroutines run until ctx ends or Close.
+func (f *Follower) Start(ctx context.Context) {
+	ctx, f.cancel = context.WithCancel(ctx)
+	for _, rs := range f.ranks {
+		ch := make(chan zmq4.Msg, f.cfg.QueueLen)
+		f.wg.Add(2)
+		go func() { defer f.wg.Done(); f.read(ctx, rs, ch) }()
+		go func() { defer f.wg.Done(); f.apply(ctx, rs, ch) }()
+	}
+}
+
+// Close stops the subscriptions and waits for their goroutines.
+func (f *Follower) Close() {
+	if f.cancel != nil {
+		f.cancel()
+	}
+	f.wg.Wait()
+}
+
+// Complete reports whether every rank's mirror has a clean baseline (see Follower).
+func (f *Follower) Complete() bool {
+	for _, rs := range f.ranks {
+		if !rs.complete.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// Connected reports whether every rank's socket is dialled or bound.
+func (f *Follower) Connected() bool {
+	for _, rs := range f.ranks {
+		if !rs.connected.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// read owns the rank's SUB socket: it dials (retrying until ctx ends) or binds, subscribes to the
+// topic prefix and hands every message to the applier. When the connection ends (the engine
+// went away) it opens a new socket and dials again; a restarted engine is then recognised by
+// its sequence numbers. It closes ch when ctx ends.
+func (f *Follower) read(ctx context.Context, rs *rankState, ch chan<- zmq4.Msg) {
+	defer close(ch)
+	for ctx.Err() == nil {
+		sock, err := f.open(ctx, rs)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.Error("kv events socket", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "err", err)
+			}
+		} else {
+			rs.connected.Store(true)
+			f.log.Info("kv events subscribed", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "topic", f.cfg.Topic)
+			f.receive(ctx, rs, sock, ch)
+			rs.connected.Store(false)
+			_ = sock.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(f.cfg.RedialInterval):
+		}
+	}
+}
+
+// open returns a subscribed SUB socket, dialled (retrying every RedialInterval until ctx ends)
+// or bound. The library's own reconnect is not used: it redials the socket's own endpoint even
+// when bound, and races with Close; a new socket per connection is simpler and safe.
+func (f *Follower) open(ctx context.Context, rs *rankState) (zmq4.Socket, error) {
+	sock := zmq4.NewSub(ctx, zmq4.WithDialerRetry(f.cfg.RedialInterval), zmq4.WithDialerMaxRetries(-1))
+	if err := sock.SetOption(zmq4.OptionSubscribe, f.cfg.Topic); err != nil {
+		_ = sock.Close()
+		return nil, err
+	}
+	var err error
+	if f.cfg.Listen {
+		err = sock.Listen(rs.endpoint)
+	} else {
+		err = sock.Dial(rs.endpoint)
+	}
+	if err != nil {
+		_ = sock.Close()
+		return nil, err
+	}
+	return sock, nil
+}
+
+// receive hands messages to the applier until the connection ends or ctx does.
+func (f *Follower) receive(ctx context.Context, rs *rankState, sock zmq4.Socket, ch chan<- zmq4.Msg) {
+	for {
+		msg, err := sock.Recv()
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.Warn("kv events connection ended; reconnecting", "rank", rs.rank, "endpoint", rs.endpoint, "err", err)
+			}
+			return
+		}
+		select {
+		case ch <- msg:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// EngineRestarted tells every rank that the engine restarted without a word on the stream (its
+// process start time changed): each drops its mirror and waits for a new baseline. It does not
+// block.
+func (f *Follower) EngineRestarted() {
+	for _, rs := range f.ranks {
+		select {
+		case rs.restarted <- struct{}{}:
+		default: // one is already pending
+		}
+	}
+}
+
+// apply is the rank's ordered applier.
+func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg) {
+	idle := time.NewTimer(f.cfg.IdleProbe)
+	defer idle.Stop()
+	for {
+		var msg zmq4.Msg
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return
+		case <-idle.C:
+			// Quiet: batches lost at the tail (or, before the first live batch, everything the
+			// engine published before the subscription took) show up only in the replay buffer.
+			switch {
+			case rs.replay == "":
+			case rs.have:
+				f.probeTail(ctx, rs)
+			case f.replayFrom(ctx, rs, 0) == replayOK:
+				// The buffer reaches back to seq 0, or is empty because the engine has published
+				// nothing yet (its buffer only ever drops its oldest batches): a clean baseline.
+				f.setComplete(rs, true)
+			}
+			idle.Reset(f.cfg.IdleProbe)
+			continue
+		case <-rs.restarted:
+			f.log.Warn("engine restarted: dropping the mirror", "rank", rs.rank)
+			f.reset(rs, "restart")
+			continue
+		case msg, ok = <-ch:
+			if !ok {
+				return
+			}
+		}
+		if len(msg.Frames) != 3 {
+			f.met.decodeErrs.WithLabelValues(rs.r).Inc()
+			continue
+		}
+		seq, err := DecodeSeq(msg.Frames[1])
+		if err != nil {
+			f.met.decodeErrs.WithLabelValues(rs.r).Inc()
+			continue
+		}
+		f.live(ctx, rs, seq, msg.Frames[2])
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(f.cfg.IdleProbe)
+	}
+}
+
+// probeTail checks a quiet rank against the engine's replay buffer. It first asks from the last
+// batch applied: the engine's buffer only ever drops its oldest batches, so an empty answer
+// means the engine's sequence started over below it (a restart whose first batches were lost),
+// and a first batch after it means the buffer moved past it. Otherwise it replays whatever came
+// after the last batch (published and lost at the tail); live duplicates are dropped.
+func (f *Follower) probeTail(ctx context.Context, rs *rankState) {
+	before := rs.last
+	rctx, cancel := context.WithTimeout(ctx, f.cfg.ReplayTimeout)
+	first, n, complete, err := Replay(rctx, rs.replay, before, func(uint64, []byte) error { return errStop })
+	cancel()
+	switch {
+	case err == nil && complete && n == 0:
+		f.log.Warn("kv events: the engine's replay buffer no longer holds the last batch applied: it restarted; dropping the mirror", "rank", rs.rank, "last", before)
+		f.reset(rs, "restart")
+		return
+	case errors.Is(err, errStop) && first > before:
+		f.log.Warn("kv events: the lost tail is no longer replayable: clearing the mirror, cold until rebuilt", "rank", rs.rank, "after", before)
+		f.reset(rs, "gap")
+		return
+	case !errors.Is(err, errStop):
+		f.log.Debug("kv events idle probe", "rank", rs.rank, "err", err)
+		return
+	}
+	switch f.replayFrom(ctx, rs, before+1) {
+	case replayOK:
+		if rs.last > before {
+			f.met.gaps.WithLabelValues(rs.r).Inc()
+			rs.dupFloor = before
+			f.log.Info("kv events: replayed batches lost at the tail", "rank", rs.rank, "after", before, "batches", rs.last-before)
+		}
+	case replayShort:
+		f.log.Warn("kv events: the lost tail is no longer replayable: clearing the mirror, cold until rebuilt", "rank", rs.rank, "after", before)
+		f.reset(rs, "gap")
+	case replayRestarted:
+		f.log.Warn("kv events: the engine restarted (its replay buffer starts over); dropping the mirror", "rank", rs.rank)
+		f.reset(rs, "restart")
+	case replayFailed: // logged; the next live batch or probe tries again
+	}
+}
+
+// errStop ends a replay exchange early (probeTail looks at the first batch only).
+var errStop = errors.New("enough")
+
+// live handles one live batch by its sequence number.
+func (f *Follower) live(ctx context.Context, rs *rankState, seq uint64, payload []byte) {
+	switch {
+	case rs.have && seq == rs.last+1:
+		rs.dupFloor = seq
+		f.applyBatch(rs, seq, payload)
+	case rs.have && seq <= rs.last && seq > rs.dupFloor:
+		// Queued while a replay delivered it: a duplicate.
+	case rs.have && seq <= rs.last:
+		f.log.Warn("kv events sequence went back: engine restarted; dropping the mirror", "rank", rs.rank, "last", rs.last, "seq", seq)
+		f.reset(rs, "restart")
+		f.baseline(ctx, rs, seq, payload)
+	case rs.have: // a gap
+		f.met.gaps.WithLabelValues(rs.r).Inc()
+		f.log.Info("kv events gap", "rank", rs.rank, "last", rs.last, "seq", seq)
+		from := rs.last + 1
+		if f.replayFrom(ctx, rs, from) == replayOK && rs.last >= seq {
+			rs.dupFloor = from - 1
+			return // the replay covered this batch too
+		}
+		if rs.have && rs.last+1 == seq {
+			rs.dupFloor = seq
+			f.applyBatch(rs, seq, payload)
+			return
+		}
+		f.log.Warn("kv events gap not replayable: clearing the mirror, cold until rebuilt", "rank", rs.rank, "from", from, "seq", seq)
+		f.reset(rs, "gap")
+		rs.have, rs.last, rs.dupFloor = true, seq, seq
+		f.applyBatch(rs, seq, payload)
+	default:
+		f.baseline(ctx, rs, seq, payload)
+	}
+}
+
+// baseline starts a rank's stream at seq: from the engine's first batch it is complete; later,
+// replay from 0 is tried, and failing that the mirror is built from here on, marked cold.
+func (f *Follower) baseline(ctx context.Context, rs *rankState, seq uint64, payload []byte) {
+	rs.have, rs.last, rs.dupFloor = false, 0, 0
+	if seq == 0 {
+		f.setComplete(rs, true)
+		rs.have, rs.last, rs.dupFloor = true, 0, 0
+		f.applyBatch(rs, seq, payload)
+		return
+	}
+	if f.replayFrom(ctx, rs, 0) == replayOK && rs.last >= seq {
+		f.setComplete(rs, true)
+		rs.dupFloor = 0
+		return
+	}
+	if rs.have && rs.last+1 == seq {
+		f.setComplete(rs, true)
+		rs.dupFloor = seq
+		f.applyBatch(rs, seq, payload)
+		return
+	}
+	// Joined late and replay cannot reach the first batch: what the engine cached before is
+	// unknown, so estimates are a lower bound until a clean baseline.
+	f.met.resyncs.WithLabelValues(rs.r, "start").Inc()
+	f.mirror.Clear(rs.rank)
+	f.setComplete(rs, false)
+	rs.have, rs.last, rs.dupFloor = true, seq, seq
+	f.applyBatch(rs, seq, payload)
+}
+
+func (f *Follower) setComplete(rs *rankState, ok bool) {
+	rs.complete.Store(ok)
+	v := 0.0
+	if ok {
+		v = 1
+	}
+	f.met.complete.WithLabelValues(rs.r).Set(v)
+}
+
+// reset drops the rank's mirror; its removals reach routers through the summary journal.
+func (f *Follower) reset(rs *rankState, cause string) {
+	f.met.resyncs.WithLabelValues(rs.r, cause).Inc()
+	f.mirror.Clear(rs.rank)
+	rs.have, rs.last, rs.dupFloor = false, 0, 0
+	f.setComplete(rs, false)
+}
+
+// applyBatch decodes and applies one batch, recording it as the last applied.
+func (f *Follower) applyBatch(rs *rankState, seq uint64, payload []byte) {
+	rs.have, rs.last = true, seq
+	b, err := rs.dec.Decode(seq, payload)
+	if err != nil {
+		f.met.decodeErrs.WithLabelValues(rs.r).Inc()
+		f.log.Debug("kv events decode", "rank", rs.rank, "seq", seq, "err", err)
+		return
+	}
+	for i := range b.Events {
+		ev := &b.Events[i]
+		f.mirror.Apply(rs.rank, ev)
+		f.met.events.WithLabelValues(rs.r, ev.Kind.String()).Inc()
+		if ev.Kind == KindCleared {
+			f.setComplete(rs, true) // the engine's cache is empty: the mirror is exact again
+		}
+	}
+	if b.Unknown > 0 {
+		f.met.skipped.WithLabelValues(rs.r, "unknown_tag").Add(float64(b.Unknown))
+	}
+	if b.Malformed > 0 {
+		f.met.skipped.WithLabelValues(rs.r, "malformed").Add(float64(b.Malformed))
+	}
+	if b.Fields > 0 {
+		f.met.fields.WithLabelValues(rs.r).Add(float64(b.Fields))
+	}
+	f.met.batches.WithLabelValues(rs.r).Inc()
+	if b.TS > 0 {
+		if lag := time.Since(time.Unix(0, int64(b.TS*1e9))); lag >= 0 {
+			f.met.lag.WithLabelValues(rs.r).Observe(lag.Seconds())
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package kvevents
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// freePorts returns a base port with n consecutive free ports after it (checked by binding them
+// all), for the rank-offset layout that needs port + rank.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		ok := true
+		var ls []net.Listener
+		for r := 0; r < n && ok; r++ {
+			lr, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", itoa(base+r)))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, lr)
+		}
+		for _, lr := range ls {
+			_ = lr.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no run of free ports")
+	return 0
+}
+
+func itoa(n int) string { return string(appendInt(nil, n)) }
+
+func appendInt(b []byte, n int) []byte {
+	if n >= 10 {
+		b = appendInt(b, n/10)
+	}
+	return append(b, byte('0'+n%10))
+}
+
+// Two data-parallel ranks publish on port and port + 1 (and replay likewise); one follower with
+// DPSize 2 mirrors both into one node: a prefix held by either rank is matched.
+func TestFollowerDataParallelRanks(t *testing.T) {
+	const bs = 4
+	pubBase, repBase := freePorts(t, 2), freePorts(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var pubs []*Publisher
+	for r := 0; r < 2; r++ {
+		pc := DefaultPublisherConfig()
+		pc.Endpoint = "tcp://127.0.0.1:" + itoa(pubBase+r)
+		pc.Replay = "tcp://127.0.0.1:" + itoa(repBase+r)
+		pc.Rank = r
+		p, err := NewPublisher(ctx, pc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		pubs = append(pubs, p)
+	}
+	m := NewMirror(bs)
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Replay, cfg.DPSize = "tcp://127.0.0.1:"+itoa(pubBase), "tcp://127.0.0.1:"+itoa(repBase), 2
+	f, err := NewFollower(cfg, m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	defer f.Close()
+	a, b := toks(1, 8), toks(100, 8)
+	pubs[0].Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{1, 2}, Tokens: a, BlockSize: bs}})
+	pubs[1].Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{1, 2}, Tokens: b, BlockSize: bs}}) // same hashes, another rank
+	waitFor(t, "both ranks mirrored", func() bool {
+		return m.PeekMatchedTokens(a, bs, 0) == 8 && m.PeekMatchedTokens(b, bs, 0) == 8 && f.Complete()
+	})
+	pubs[1].Publish(2, []Event{{Kind: KindCleared}})
+	waitFor(t, "rank 1 cleared, rank 0 kept", func() bool {
+		return m.PeekMatchedTokens(b, bs, 0) == 0 && m.PeekMatchedTokens(a, bs, 0) == 8
+	})
+}
+
+// With --kv-events-listen the agent binds and the engine dials in (an engine configured with a
+// concrete host connects instead of binding).
+func TestFollowerListen(t *testing.T) {
+	const bs = 4
+	port := freePorts(t, 1)
+	m := NewMirror(bs)
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
+	f, err := NewFollower(cfg, m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx)
+	defer f.Close()
+	waitFor(t, "listening", f.Connected)
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	if err := pub.Dial(cfg.Endpoint); err != nil {
+		t.Fatal(err)
+	}
+	e := NewEncoder(LayoutArray, HashInt)
+	a := toks(1, 4)
+	// No replay and a late subscription: clears give the mirror a clean baseline.
+	var seq uint64
+	send := func(evs []Event) {
+		var s8 [8]byte
+		putSeq(s8[:], seq)
+		seq++
+		if err := pub.SendMulti(zmq4.NewMsgFrom([]byte{}, s8[:], e.Encode(1, evs, 0))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for m.PeekMatchedTokens(a, bs, 0) != 4 {
+		if time.Now().After(deadline) {
+			t.Fatal("engine dialling the agent: nothing mirrored")
+		}
+		send([]Event{{Kind: KindCleared}, {Kind: KindStored, Hashes: []uint64{7}, Tokens: a, BlockSize: bs}})
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !f.Complete() {
+		t.Fatal("a mirror rebuilt from AllBlocksCleared is not complete")
+	}
+}
+
+// A restarted engine process: the socket goes away, the follower redials, the new publisher's
+// sequence starts at 0 again and nothing says the old cache is gone. The mirror drops what the
+// old engine held and holds only what the new one publishes.
+func TestFollowerEngineProcessRestart(t *testing.T) {
+	const bs = 4
+	port, rport := freePorts(t, 1), freePorts(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := func() *Publisher {
+		pc := DefaultPublisherConfig()
+		pc.Endpoint, pc.Replay = "tcp://127.0.0.1:"+itoa(port), "tcp://127.0.0.1:"+itoa(rport)
+		var p *Publisher
+		var err error
+		for try := 0; try < 100; try++ { // the old process's port may linger a moment
+			if p, err = NewPublisher(ctx, pc, nil); err == nil {
+				return p
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatal(err)
+		return nil
+	}
+	old := start()
+	m := NewMirror(bs)
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Replay = old.Addr(), old.ReplayAddr()
+	cfg.RedialInterval = 20 * time.Millisecond
+	f, err := NewFollower(cfg, m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	defer f.Close()
+	a, b := toks(1, 8), toks(50, 8)
+	for i := 0; i < 3; i++ {
+		old.Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{uint64(10 + 2*i), uint64(11 + 2*i)}, Tokens: a, BlockSize: bs}})
+	}
+	waitFor(t, "old engine mirrored", func() bool { return m.PeekMatchedTokens(a, bs, 0) == 8 })
+	old.Close()
+	restarted := start()
+	defer restarted.Close()
+	restarted.Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{99, 98}, Tokens: b, BlockSize: bs}})
+	waitFor(t, "new engine mirrored, old cache dropped", func() bool {
+		return m.PeekMatchedTokens(b, bs, 0) == 8 && m.PeekMatchedTokens(a, bs, 0) == 0 && f.Complete()
+	})
+}

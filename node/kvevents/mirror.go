@@ -1,0 +1,508 @@
+package kvevents
+
+import (
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/prefixmesh/prefixmesh/local"
+)
+
+// Mirror is the node's copy of an engine's prefix cache, rebuilt from its KV events. Blocks are
+// keyed by the engine's own hash (opaque; never recomputed) per (data-parallel rank, KV-cache
+// group); beside each, the mirror keeps the canonical chained hash (DESIGN.md §4) that routers
+// compute from a prompt, derived from the parent's canonical hash and the block's tokens.
+//
+// A block is visible, i.e. in the summary the node gossips and matched by PeekMatchedTokens,
+// exactly when the engine would match it: it is held on the GPU (at least one copy; the same
+// hash stored twice is two copies and is removed twice), it has no extra keys beyond its LoRA
+// adapter (a block with multimodal ids, a cache salt or prompt embeddings never matches a request
+// without them), it belongs to KV-cache group 0, and its parent is the root or visible. So a
+// removed interior block ends every match there, as in the engine, and its still-cached
+// children become visible again if it is stored again. A block whose parent was never reported
+// (late join, lost message) is kept but not visible until its chain reaches the root.
+//
+// Mirror is safe for concurrent use: one lock guards it, the summary journal included, so the
+// summary is always exactly the set PeekMatchedTokens matches. It satisfies node.Tree (read-only:
+// the calls that take holds or insert do nothing, since the engine owns its cache) and
+// cluster.Source.
+type Mirror struct {
+	blockSize int
+
+	mu    sync.Mutex // guards everything below
+	byKey map[mkey]int32
+	nodes []mnode
+	free  []int32
+	canon map[uint64]uint32 // canonical hash → visible blocks with it (over ranks)
+	// pending holds the tokens of known blocks whose canonical hash cannot be computed yet (their
+	// chain does not reach the root): rare, so kept beside the arena rather than in every node.
+	pending map[int32][]uint32
+	journal journal
+	stack   []int32
+	stats   MirrorStats
+}
+
+// MirrorStats are the mirror's levels and counters.
+type MirrorStats struct {
+	Blocks         int           // mirrored blocks (any tier, placeholders excluded)
+	Tiers          [numTiers]int // copies held per tier
+	Visible        int           // blocks matchable from the root (the summary, by hash count)
+	Orphans        int           // stored blocks whose chain does not reach the root
+	Unknown        uint64        // removals or tier updates of hashes the mirror does not hold
+	Underrun       uint64        // removals of a tier the block had no copy on
+	Unaligned      uint64        // stored events whose tokens do not line up with their hashes
+	WrongBlockSize uint64        // stored events with another block size than the node's
+	Cleared        uint64        // AllBlocksCleared events and resets applied
+	Cycles         uint64        // stored blocks that named a descendant as parent (dropped as corrupt)
+}
+
+// mkey identifies an engine block: its hash within one (rank, group).
+type mkey struct {
+	hash uint64
+	src  uint32 // rank<<16 | group
+}
+
+func srcOf(rank, group int) uint32 { return uint32(rank)<<16 | uint32(group&0xffff) }
+
+const (
+	noNode   int32 = -1
+	rootNode int32 = -2 // parent is the root (parent_block_hash nil)
+)
+
+// Node flags.
+const (
+	fKnown   uint8 = 1 << iota // a BlockStored with tokens was seen (else a placeholder parent)
+	fMatch                     // no extra keys beyond the LoRA, group 0, aligned tokens, right block size
+	fCanon                     // canon is valid (the chain to the root is known and matchable)
+	fVisible                   // counted in canon and the summary
+	fDead                      // can never get a canon: it or an ancestor is not matchable
+)
+
+type mnode struct {
+	key    mkey
+	canon  uint64
+	parent int32 // rootNode, noNode (unknown: a placeholder's parent), or an arena index
+	first  int32 // first child
+	next   int32 // next sibling
+	prev   int32 // previous sibling
+	copies [numTiers]uint32
+	flags  uint8
+}
+
+// NewMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
+func NewMirror(blockSize int) *Mirror {
+	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32)}
+	m.journal.init(local.DefaultJournalCapacity)
+	return m
+}
+
+// BlockSize is the block size the mirror matches with.
+func (m *Mirror) BlockSize() int { return m.blockSize }
+
+// Stats returns the mirror's levels and counters.
+func (m *Mirror) MirrorStats() MirrorStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.stats
+	s.Visible = len(m.canon)
+	return s
+}
+
+// Apply applies one event from data-parallel rank rank. A LoRA name maps to the adapter id
+// routers hash with by AdapterID.
+func (m *Mirror) Apply(rank int, ev *Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch ev.Kind {
+	case KindStored:
+		m.store(rank, ev)
+	case KindRemoved:
+		m.remove(rank, ev)
+	case KindCleared:
+		m.clearLocked(rank)
+	}
+}
+
+// Clear drops every block of rank (AllBlocksCleared, an engine restart, a resync).
+func (m *Mirror) Clear(rank int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clearLocked(rank)
+}
+
+func (m *Mirror) store(rank int, ev *Event) {
+	src := srcOf(rank, ev.Group)
+	tier := ev.Tier
+	if len(ev.Hashes) == 0 {
+		return
+	}
+	if len(ev.Tokens) == 0 { // an offload tier's location update for blocks already seen
+		for _, h := range ev.Hashes {
+			if i, ok := m.byKey[mkey{h, src}]; ok && m.nodes[i].flags&fKnown != 0 {
+				m.addCopy(i, tier)
+			} else {
+				m.stats.Unknown++
+			}
+		}
+		return
+	}
+	bs := ev.BlockSize
+	aligned := bs > 0 && len(ev.Tokens) == len(ev.Hashes)*bs
+	match := ev.Group == 0 && !ev.Salted && aligned
+	if !aligned {
+		m.stats.Unaligned++
+	} else if bs != m.blockSize {
+		m.stats.WrongBlockSize++
+		match = false
+	}
+	adapter := AdapterID(ev.LoRAName)
+	// The first block's parent is looked up (or made a placeholder) only when a new block links
+	// to it, so a re-store of known blocks leaves no childless placeholder behind.
+	parent, parentKey, lazy := rootNode, mkey{ev.Parent, src}, ev.HasParent
+	for i, h := range ev.Hashes {
+		var chunk []uint32
+		if aligned {
+			chunk = ev.Tokens[i*bs : (i+1)*bs]
+		}
+		bm := match && (len(ev.Extra) == 0 || ev.Extra[i] != extraOther)
+		idx := m.get(mkey{h, src})
+		if m.nodes[idx].flags&fKnown == 0 {
+			if lazy {
+				parent, lazy = m.get(parentKey), false
+			}
+			n := &m.nodes[idx]
+			n.flags |= fKnown
+			if bm {
+				n.flags |= fMatch
+			}
+			m.stats.Blocks++
+			if m.cycles(idx, parent) { // a block cannot descend from itself: corrupt input
+				m.stats.Cycles++
+				m.markDead(idx)
+				if parent >= 0 && m.nodes[parent].flags&fKnown == 0 && m.nodes[parent].first == noNode {
+					m.maybeFree(parent)
+				}
+			} else {
+				m.link(idx, parent)
+				m.resolve(idx, chunk, adapter)
+			}
+		}
+		lazy = false
+		m.addCopy(idx, tier)
+		parent = idx
+	}
+}
+
+// get returns the node for k, creating a placeholder (unknown, no copies) if there is none.
+func (m *Mirror) get(k mkey) int32 {
+	if i, ok := m.byKey[k]; ok {
+		return i
+	}
+	var i int32
+	if n := len(m.free); n > 0 {
+		i = m.free[n-1]
+		m.free = m.free[:n-1]
+	} else {
+		m.nodes = append(m.nodes, mnode{})
+		i = int32(len(m.nodes) - 1)
+	}
+	m.nodes[i] = mnode{key: k, parent: noNode, first: noNode, next: noNode, prev: noNode}
+	m.byKey[k] = i
+	return i
+}
+
+// cycles reports whether making p the parent of c would close a loop: p is c or below it. Only a
+// placeholder that already has children can be an ancestor of p, so fresh blocks cost nothing.
+func (m *Mirror) cycles(c, p int32) bool {
+	if c == p {
+		return true
+	}
+	if m.nodes[c].first == noNode {
+		return false
+	}
+	for x := p; x >= 0; x = m.nodes[x].parent {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// link makes p (rootNode or an arena index) the parent of c, which has none yet.
+func (m *Mirror) link(c, p int32) {
+	n := &m.nodes[c]
+	n.parent = p
+	if p < 0 {
+		return
+	}
+	pn := &m.nodes[p]
+	n.next = pn.first
+	if pn.first != noNode {
+		m.nodes[pn.first].prev = c
+	}
+	pn.first = c
+}
+
+func (m *Mirror) unlink(c int32) {
+	n := &m.nodes[c]
+	if n.parent >= 0 {
+		if n.prev != noNode {
+			m.nodes[n.prev].next = n.next
+		} else {
+			m.nodes[n.parent].first = n.next
+		}
+		if n.next != noNode {
+			m.nodes[n.next].prev = n.prev
+		}
+	}
+	n.parent, n.next, n.prev = noNode, noNode, noNode
+}
+
+// resolve settles a node that just became known: its canonical hash when its chain is known,
+// else it keeps its tokens (or, when the chain can never match, is marked dead with its subtree).
+func (m *Mirror) resolve(c int32, chunk []uint32, adapter uint64) {
+	n := &m.nodes[c]
+	p := n.parent
+	switch {
+	case n.flags&fMatch == 0 || (p >= 0 && m.nodes[p].flags&fDead != 0):
+		m.markDead(c)
+	case p == rootNode:
+		n.canon = local.ChainHash(local.AdapterSeed(adapter), chunk)
+		n.flags |= fCanon
+		m.cascadeCanon(c)
+	case p >= 0 && m.nodes[p].flags&fCanon != 0:
+		n.canon = local.ChainHash(m.nodes[p].canon, chunk)
+		n.flags |= fCanon
+		m.cascadeCanon(c)
+	default: // the parent's chain is not known yet: keep the tokens for later
+		m.pending[c] = append([]uint32(nil), chunk...)
+		m.stats.Orphans++
+	}
+}
+
+// cascadeCanon computes the canonical hash of every known descendant of c waiting for one.
+func (m *Mirror) cascadeCanon(c int32) {
+	m.stack = append(m.stack[:0], c)
+	for len(m.stack) > 0 {
+		x := m.stack[len(m.stack)-1]
+		m.stack = m.stack[:len(m.stack)-1]
+		for k := m.nodes[x].first; k != noNode; k = m.nodes[k].next {
+			kn := &m.nodes[k]
+			if kn.flags&(fKnown|fCanon|fDead) != fKnown {
+				continue
+			}
+			if kn.flags&fMatch == 0 {
+				m.markDeadFrom(k)
+				continue
+			}
+			kn.canon = local.ChainHash(m.nodes[x].canon, m.pending[k])
+			delete(m.pending, k)
+			kn.flags |= fCanon
+			m.stats.Orphans--
+			m.stack = append(m.stack, k)
+		}
+	}
+	// Visibility follows: the nodes that just got a canon may now be reachable.
+	m.refresh(c)
+}
+
+// markDead marks c and its known descendants as never matchable and drops kept tokens.
+func (m *Mirror) markDead(c int32) {
+	m.markDeadFrom(c)
+}
+
+func (m *Mirror) markDeadFrom(c int32) {
+	var st []int32
+	st = append(st, c)
+	for len(st) > 0 {
+		x := st[len(st)-1]
+		st = st[:len(st)-1]
+		n := &m.nodes[x]
+		if n.flags&fDead != 0 {
+			continue
+		}
+		n.flags |= fDead
+		if _, ok := m.pending[x]; ok {
+			delete(m.pending, x)
+			m.stats.Orphans--
+		}
+		for k := n.first; k != noNode; k = m.nodes[k].next {
+			if m.nodes[k].flags&fKnown != 0 {
+				st = append(st, k)
+			}
+		}
+	}
+}
+
+// shouldShow: c can be visible given its parent's visibility.
+func (m *Mirror) shouldShow(c int32) bool {
+	n := &m.nodes[c]
+	if n.flags&fCanon == 0 || n.copies[TierGPU] == 0 {
+		return false
+	}
+	return n.parent == rootNode || (n.parent >= 0 && m.nodes[n.parent].flags&fVisible != 0)
+}
+
+// refresh brings c's visibility (and its subtree's) in line with the rule.
+func (m *Mirror) refresh(c int32) {
+	vis := m.nodes[c].flags&fVisible != 0
+	switch want := m.shouldShow(c); {
+	case want && !vis:
+		m.show(c)
+	case !want && vis:
+		m.hide(c)
+	}
+}
+
+func (m *Mirror) show(c int32) {
+	m.stack = append(m.stack[:0], c)
+	for len(m.stack) > 0 {
+		x := m.stack[len(m.stack)-1]
+		m.stack = m.stack[:len(m.stack)-1]
+		n := &m.nodes[x]
+		n.flags |= fVisible
+		if m.canon[n.canon]++; m.canon[n.canon] == 1 {
+			m.journal.emit(n.canon, true)
+		}
+		for k := n.first; k != noNode; k = m.nodes[k].next {
+			if m.nodes[k].flags&fVisible == 0 && m.shouldShow(k) {
+				m.stack = append(m.stack, k)
+			}
+		}
+	}
+}
+
+func (m *Mirror) hide(c int32) {
+	m.stack = append(m.stack[:0], c)
+	for len(m.stack) > 0 {
+		x := m.stack[len(m.stack)-1]
+		m.stack = m.stack[:len(m.stack)-1]
+		n := &m.nodes[x]
+		n.flags &^= fVisible
+		if v := m.canon[n.canon]; v <= 1 {
+			delete(m.canon, n.canon)
+			m.journal.emit(n.canon, false)
+		} else {
+			m.canon[n.canon] = v - 1
+		}
+		for k := n.first; k != noNode; k = m.nodes[k].next {
+			if m.nodes[k].flags&fVisible != 0 {
+				m.stack = append(m.stack, k)
+			}
+		}
+	}
+}
+
+func (m *Mirror) addCopy(c int32, t Tier) {
+	n := &m.nodes[c]
+	n.copies[t]++
+	m.stats.Tiers[t]++
+	if t == TierGPU && n.copies[t] == 1 {
+		m.refresh(c)
+	}
+}
+
+func (m *Mirror) remove(rank int, ev *Event) {
+	src := srcOf(rank, ev.Group)
+	for _, h := range ev.Hashes {
+		c, ok := m.byKey[mkey{h, src}]
+		if !ok || m.nodes[c].flags&fKnown == 0 {
+			m.stats.Unknown++
+			continue
+		}
+		n := &m.nodes[c]
+		if n.copies[ev.Tier] == 0 {
+			m.stats.Underrun++
+			continue
+		}
+		n.copies[ev.Tier]--
+		m.stats.Tiers[ev.Tier]--
+		if ev.Tier == TierGPU && n.copies[TierGPU] == 0 {
+			m.refresh(c)
+		}
+		m.maybeFree(c)
+	}
+}
+
+// maybeFree frees c, and then its ancestors, while they hold no copy and have no children.
+func (m *Mirror) maybeFree(c int32) {
+	for c >= 0 {
+		n := &m.nodes[c]
+		if n.first != noNode || n.copies != ([numTiers]uint32{}) {
+			return
+		}
+		p := n.parent
+		if n.flags&fVisible != 0 { // unreachable: no GPU copy means not visible
+			m.hide(c)
+		}
+		m.unlink(c)
+		if n.flags&fKnown != 0 {
+			m.stats.Blocks--
+			if _, ok := m.pending[c]; ok {
+				delete(m.pending, c)
+				m.stats.Orphans--
+			}
+		}
+		delete(m.byKey, n.key)
+		*n = freeNode
+		m.free = append(m.free, c)
+		c = p
+	}
+}
+
+// clearLocked drops every node of rank: visible ones leave the summary first (Removed events),
+// then the rank's slots return to the free list. Nodes of other ranks never link into this rank's
+// (parents are looked up within one rank and group), so their links stay valid.
+func (m *Mirror) clearLocked(rank int) {
+	m.stats.Cleared++
+	mine := func(i int) bool {
+		n := &m.nodes[i]
+		j, ok := m.byKey[n.key]
+		return ok && j == int32(i) && int(n.key.src>>16) == rank
+	}
+	for i := range m.nodes {
+		if m.nodes[i].flags&fVisible != 0 && mine(i) {
+			m.hide(int32(i))
+		}
+	}
+	for i := range m.nodes {
+		if !mine(i) {
+			continue
+		}
+		n := &m.nodes[i]
+		for t := range n.copies {
+			m.stats.Tiers[t] -= int(n.copies[t])
+		}
+		if n.flags&fKnown != 0 {
+			m.stats.Blocks--
+			if _, ok := m.pending[int32(i)]; ok {
+				delete(m.pending, int32(i))
+				m.stats.Orphans--
+			}
+		}
+		delete(m.byKey, n.key)
+		*n = freeNode
+		m.free = append(m.free, int32(i))
+	}
+}
+
+var freeNode = mnode{parent: noNode, first: noNode, next: noNode, prev: noNode}
+
+// AdapterID is the adapter id for a LoRA name, the id routers seed block hashes with: 0 for the
+// base model (""), the number itself for a decimal name (name the engine's LoRA modules by their
+// prefixmesh adapter id, e.g. vLLM `--lora-modules 7=/path`, and requests for model "<base>:7"
+// hash alike), else a stable 64-bit hash of the name with the top bit set.
+func AdapterID(name string) uint64 {
+	if name == "" {
+		return 0
+	}
+	var v uint64
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c < '0' || c > '9' || v > (1<<64-1-9)/10 {
+			return xxhash.Sum64String(name) | 1<<63
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v
+}

@@ -1,0 +1,282 @@
+#!/usr/bin/python3
+"""Conformance publisher for prefixmesh's KV-event subscriber (node/kvevents).
+
+Written from the wire description in docs/engine-integration.md ("Wire format"), independently of
+the Go encoder: it lays batches out as msgspec does for vLLM's and SGLang's structs (tag first,
+trailing default fields omitted, arrays for array_like structs, maps keyed by "type" otherwise) with
+Debian's python3-msgpack, and serves replay on a ZMQ ROUTER socket with Debian's python3-zmq, as
+vLLM's ZmqEventPublisher does. It cannot import vLLM or msgspec (neither is in Debian).
+
+Usage: conformance_pub.py --flavor vllm|sglang --layout array|map --hashes int|bytes
+                          [--replay] [--replay-topic] [--topic T] [--block-size B]
+It binds tcp://127.0.0.1 on ephemeral ports, prints one JSON line {"pub": …, "replay": …}, then reads
+one JSON command per line on stdin and answers one JSON line per command on stdout:
+
+  {"op": "store", "tokens": [...], "parent": null|<chain index>, "lora": null|"name",
+   "extra": null|"mm", "medium": "GPU"}     → stores the full blocks of tokens as one BlockStored
+                                               (vLLM) or one per page (SGLang); answers the hashes
+  {"op": "store_again", "hash": h}          → the same hash stored a second time
+  {"op": "remove", "hashes": [...]}         → BlockRemoved (one event per hash, as vLLM evicts)
+  {"op": "clear"}                           → AllBlocksCleared
+  {"op": "unknown"}                         → an event with an unknown tag, in a batch with others
+  {"op": "drop", "n": k}                    → the next k batches are buffered but not sent live
+                                               (a PUB high-water-mark drop)
+  {"op": "restart"}                         → a new publisher instance: seq back to 0, empty buffer
+  {"op": "forget"}                          → the replay buffer forgets everything sent so far
+  (a restart makes the next batch seq 0; the buffer then starts over too)
+  {"op": "burst", "n": k, "base": t}        → k one-block chains, tokens from t, back to back
+  {"op": "quit"}
+"""
+
+import argparse
+import hashlib
+import json
+import queue
+import struct
+import sys
+import threading
+import time
+
+import msgpack
+import zmq
+
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+def sglang_page_hash(prev_digest, tokens):
+    """SGLang's chain: sha256(previous raw digest || tokens as uint32 little-endian)."""
+    h = hashlib.sha256()
+    if prev_digest is not None:
+        h.update(prev_digest)
+    for t in tokens:
+        h.update(struct.pack("<I", t))
+    return h.digest()
+
+
+def sglang_int64(digest):
+    """hash_str_to_int64: the first 8 bytes as a signed big-endian int64."""
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class Publisher:
+    def __init__(self, args):
+        self.args = args
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.PUB)
+        if args.hwm:
+            self.pub.setsockopt(zmq.SNDHWM, args.hwm)  # PUB drops beyond it, as vLLM's hwm
+            self.pub.setsockopt(zmq.SNDBUF, 4096)
+        port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        self.pub_ep = "tcp://127.0.0.1:%d" % port
+        self.router = None
+        self.replay_ep = None
+        if args.replay:
+            self.router = self.ctx.socket(zmq.ROUTER)
+            rport = self.router.bind_to_random_port("tcp://127.0.0.1")
+            self.replay_ep = "tcp://127.0.0.1:%d" % rport
+        self.poller = zmq.Poller()
+        if self.router is not None:
+            self.poller.register(self.router, zmq.POLLIN)
+        self.restart()
+        # vLLM hashes are opaque to the subscriber: any unique value per block (digest-like).
+        self.counter = 0
+        self.digests = {}  # published key -> (digest bytes, tokens, parent key)
+
+    def restart(self):
+        self.seq = 0
+        self.buffer = []
+        self.drop = 0
+
+    # -- msgspec-like encoding ---------------------------------------------------------------
+    def wire_hash(self, key):
+        if self.args.flavor == "sglang":
+            return key  # already a signed int64
+        if self.args.hashes == "bytes":
+            return key.to_bytes(8, "big").rjust(32, b"\x5a")  # a 32-byte digest ending in the key
+        return key
+
+    def block_stored(self, hashes, parent, tokens, lora_name, extra_keys, medium):
+        bs = self.args.block_size
+        if self.args.flavor == "sglang":
+            fields = ["BlockStored", [self.wire_hash(h) for h in hashes],
+                      None if parent is None else self.wire_hash(parent), tokens, len(tokens), None, medium]
+            if self.args.layout == "map":
+                return {"type": "BlockStored", "block_hashes": fields[1], "parent_block_hash": fields[2],
+                        "token_ids": tokens, "block_size": len(tokens), "lora_id": None, "medium": medium}
+            return fields
+        ev = [("block_hashes", [self.wire_hash(h) for h in hashes]),
+              ("parent_block_hash", None if parent is None else self.wire_hash(parent)),
+              ("token_ids", tokens), ("block_size", bs), ("lora_id", None), ("medium", medium),
+              ("lora_name", lora_name), ("extra_keys", extra_keys), ("group_idx", None),
+              ("kv_cache_spec_kind", "full_attention"), ("kv_cache_spec_sliding_window", None)]
+        return self.encode_struct("BlockStored", ev, required=6)
+
+    def block_removed(self, hashes, medium="GPU"):
+        if self.args.flavor == "sglang":
+            if self.args.layout == "map":
+                return {"type": "BlockRemoved", "block_hashes": [self.wire_hash(h) for h in hashes], "medium": medium}
+            return ["BlockRemoved", [self.wire_hash(h) for h in hashes], medium]
+        return self.encode_struct("BlockRemoved", [("block_hashes", [self.wire_hash(h) for h in hashes]),
+                                                   ("medium", medium), ("group_idx", None)], required=2)
+
+    def encode_struct(self, tag, fields, required):
+        """omit_defaults: a field whose value is its default (None) is left out; in array form only
+        the trailing run of defaults can go. The first `required` fields have no default."""
+        if self.args.layout == "map":
+            out = {"type": tag}
+            for i, (k, v) in enumerate(fields):
+                if v is not None or i < required:
+                    out[k] = v
+            return out
+        values = [v for _, v in fields]
+        n = len(values)
+        while n > required and values[n - 1] is None:
+            n -= 1
+        return [tag] + values[:n]
+
+    # -- sending ------------------------------------------------------------------------------
+    def publish(self, events):
+        batch = [time.time(), events, 0]
+        payload = msgpack.packb(batch, use_bin_type=True)
+        seq = self.seq
+        self.seq += 1
+        self.buffer.append((seq, payload))
+        if len(self.buffer) > self.args.buffer_steps:
+            self.buffer = self.buffer[-self.args.buffer_steps:]
+        if self.drop > 0:
+            self.drop -= 1
+        else:
+            self.pub.send_multipart([self.args.topic.encode(), seq.to_bytes(8, "big"), payload])
+        return seq
+
+    def serve_replay(self, timeout_ms):
+        if self.router is None:
+            time.sleep(timeout_ms / 1000.0)
+            return
+        while dict(self.poller.poll(timeout_ms)).get(self.router):
+            frames = self.router.recv_multipart()
+            if len(frames) != 3:
+                continue  # "Invalid replay request": no answer, as vLLM
+            ident, _, start = frames
+            start = int.from_bytes(start, "big")
+            for seq, payload in self.buffer:
+                if seq >= start:
+                    self.router.send_multipart(self.reply(ident, seq.to_bytes(8, "big"), payload))
+            self.router.send_multipart(self.reply(ident, END_SEQ, b"", end=True))
+            timeout_ms = 0
+
+    def reply(self, ident, seq8, payload, end=False):
+        if self.args.replay_topic:  # vLLM >= v0.26.0 (#45177)
+            return [ident, b"", b"" if end else self.args.topic.encode(), seq8, payload]
+        return [ident, b"", seq8, payload]
+
+    # -- commands -----------------------------------------------------------------------------
+    def new_key(self):
+        self.counter += 1
+        if self.args.flavor == "vllm":
+            # An int-mode vLLM hash is the last 8 bytes of a sha256 digest: spread over 64 bits.
+            return int.from_bytes(hashlib.sha256(b"blk%d" % self.counter).digest()[-8:], "big")
+        return None
+
+    def cmd_store(self, c):
+        bs = self.args.block_size
+        tokens = c["tokens"]
+        nfull = len(tokens) // bs
+        tokens = tokens[:nfull * bs]
+        parent = c.get("parent")
+        medium = c.get("medium", "GPU")
+        if self.args.flavor == "sglang":
+            prev_digest = None if parent is None else self.digests[parent][0]
+            keys, events = [], []
+            for i in range(nfull):
+                page = tokens[i * bs:(i + 1) * bs]
+                d = sglang_page_hash(prev_digest, page)
+                key = sglang_int64(d)
+                self.digests[key] = (d, page, parent)
+                events.append(self.block_stored([key], parent, page, None, None, medium))
+                keys.append(key)
+                parent, prev_digest = key, d
+            seq = self.publish(events)
+            return {"hashes": keys, "digests": [self.digests[k][0].hex() for k in keys], "seq": seq}
+        keys = [self.new_key() for _ in range(nfull)]
+        lora = c.get("lora")
+        extra = None
+        if c.get("extra") == "mm":
+            extra = [[("img-%d" % i), 0] if i == 0 else None for i in range(nfull)]
+        elif lora is not None:
+            extra = [[lora] for _ in range(nfull)]
+        for i, k in enumerate(keys):
+            self.digests[k] = (None, tokens[i * bs:(i + 1) * bs], parent if i == 0 else keys[i - 1])
+        seq = self.publish([self.block_stored(keys, parent, tokens, lora, extra, medium)])
+        return {"hashes": keys, "seq": seq}
+
+    def cmd_store_again(self, c):
+        key = c["hash"]
+        _, page, parent = self.digests[key]
+        if self.args.flavor == "sglang":
+            ev = self.block_stored([key], parent, page, None, None, "GPU")
+        else:
+            ev = self.block_stored([key], parent, page, None, None, "GPU")
+        return {"seq": self.publish([ev])}
+
+    def run(self):
+        # Sockets stay on this thread; a reader thread hands stdin lines over a queue, so replay
+        # requests are served while no command is pending (vLLM serves them between sends).
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(l) for l in sys.stdin] + [lines.put(None)], daemon=True).start()
+        print(json.dumps({"pub": self.pub_ep, "replay": self.replay_ep}), flush=True)
+        while True:
+            self.serve_replay(10)
+            try:
+                line = lines.get(timeout=0.01)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            c = json.loads(line)
+            op = c["op"]
+            out = {}
+            if op == "store":
+                out = self.cmd_store(c)
+            elif op == "store_again":
+                out = self.cmd_store_again(c)
+            elif op == "remove":
+                out = {"seq": self.publish([self.block_removed([h]) for h in c["hashes"]])}
+            elif op == "clear":
+                tag = "AllBlocksCleared"
+                out = {"seq": self.publish([{"type": tag} if self.args.layout == "map" else [tag]])}
+            elif op == "unknown":
+                ev = {"type": "BlockInactive", "block_hashes": [1]} if self.args.layout == "map" else ["BlockInactive", [1]]
+                out = {"seq": self.publish([ev, self.block_removed([1 << 40])])}
+            elif op == "drop":
+                self.drop = c["n"]
+            elif op == "restart":
+                self.restart()
+            elif op == "forget":
+                self.buffer = []
+            elif op == "burst":  # n one-block chains back to back, as fast as the socket takes them
+                keys = []
+                for i in range(c["n"]):
+                    keys.append(self.cmd_store({"tokens": [c["base"] + 4 * i + j for j in range(self.args.block_size)]})["hashes"][0])
+                out = {"hashes": keys}
+            elif op == "quit":
+                break
+            print(json.dumps(out), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--flavor", choices=["vllm", "sglang"], default="vllm")
+    p.add_argument("--layout", choices=["array", "map"], default="array")
+    p.add_argument("--hashes", choices=["int", "bytes"], default="int")
+    p.add_argument("--replay", action="store_true")
+    p.add_argument("--replay-topic", action="store_true")
+    p.add_argument("--topic", default="")
+    p.add_argument("--block-size", type=int, default=4)
+    p.add_argument("--hwm", type=int, default=0, help="PUB send high-water mark (0: libzmq's default)")
+    p.add_argument("--buffer-steps", type=int, default=10000, help="replay buffer, as vLLM's buffer_steps")
+    Publisher(p.parse_args()).run()
+
+
+if __name__ == "__main__":
+    main()

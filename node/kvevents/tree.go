@@ -1,0 +1,101 @@
+package kvevents
+
+import "github.com/prefixmesh/prefixmesh/local"
+
+// The node.Tree face of the mirror. The engine owns its cache, so the calls that would take
+// holds, insert or evict (which node.Server refuses in read-only mode before they get here) do
+// nothing and return the empty result; the reads answer from the mirror.
+
+var _ local.PrefixCache = (*Mirror)(nil)
+
+// PeekMatchedTokens is what the engine would match for tokens: the longest run of full blocks,
+// from the first, whose canonical hashes are visible. It does not allocate.
+func (m *Mirror) PeekMatchedTokens(tokens []uint32, blockSize int, adapterID uint64) int {
+	if blockSize <= 0 {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := local.AdapterSeed(adapterID)
+	n := 0
+	for i := 0; i+blockSize <= len(tokens); i += blockSize {
+		h = local.ChainHash(h, tokens[i:i+blockSize])
+		if m.canon[h] == 0 {
+			break
+		}
+		n += blockSize
+	}
+	return n
+}
+
+// IsActive reports true: the mirror answers for a real cache.
+func (m *Mirror) IsActive() bool { return true }
+
+// Stats returns the visible blocks twice (the summary's size).
+func (m *Mirror) Stats() (entries, cachedBlocks int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.canon), len(m.canon)
+}
+
+// HitStats is zero: the engine, not the mirror, serves lookups.
+func (m *Mirror) HitStats() local.HitStats { return local.HitStats{} }
+
+// SnapshotStats is zero: engines do not report SSM snapshots in KV events.
+func (m *Mirror) SnapshotStats() local.SnapshotStats { return local.SnapshotStats{} }
+
+// SnapshotCount is 0 (see SnapshotStats).
+func (m *Mirror) SnapshotCount() int { return 0 }
+
+// Lookup returns the empty match: holds belong to the engine.
+func (m *Mirror) Lookup([]uint32, int, uint64, uint64) local.PrefixMatch { return local.PrefixMatch{} }
+
+// PinPrefix pins nothing and returns 0.
+func (m *Mirror) PinPrefix([]uint32, int, uint64) int { return 0 }
+
+// Insert inserts nothing: blocks arrive as BlockStored events.
+func (m *Mirror) Insert(_, _, _ []uint32, _, _ int, _ uint64) local.InsertAcquired {
+	return local.InsertAcquired{}
+}
+
+// InsertWithSnapshot does nothing.
+func (m *Mirror) InsertWithSnapshot(_, _, _ []uint32, _, _ int, _ uint64, _ int, _ uint64) (int, bool, local.InsertAcquired) {
+	return 0, false, local.InsertAcquired{}
+}
+
+// InsertIntermediateSnapshot does nothing.
+func (m *Mirror) InsertIntermediateSnapshot(_, _, _ []uint32, _, _ int, _ uint64, _ int, _ uint64) (int, bool) {
+	return 0, false
+}
+
+// InsertTailSnapshot does nothing.
+func (m *Mirror) InsertTailSnapshot([]uint32, int, uint64, uint64) []int { return nil }
+
+// InsertTailSiblingSnapshot does nothing.
+func (m *Mirror) InsertTailSiblingSnapshot([]uint32, int, uint64, uint64) (int, bool) {
+	return 0, false
+}
+
+// Release does nothing.
+func (m *Mirror) Release([]uint32, int, uint64) {}
+
+// ReleaseMatched does nothing.
+func (m *Mirror) ReleaseMatched([]uint32, int, int, uint64) {}
+
+// Evict evicts nothing: blocks leave as BlockRemoved events.
+func (m *Mirror) Evict(int) local.EvictedBlocks { return local.EvictedBlocks{} }
+
+// EvictSnapshotLRU does nothing.
+func (m *Mirror) EvictSnapshotLRU() (int, bool) { return 0, false }
+
+// EvictSnapshotSlot does nothing.
+func (m *Mirror) EvictSnapshotSlot(int) bool { return false }
+
+// EvictSnapshotToTier does nothing.
+func (m *Mirror) EvictSnapshotToTier(int) (local.TierEvict, bool) { return local.TierEvict{}, false }
+
+// PromoteSnapshot does nothing.
+func (m *Mirror) PromoteSnapshot(uint64, int) bool { return false }
+
+// ForgetSnapshotTierKey does nothing.
+func (m *Mirror) ForgetSnapshotTierKey(uint64) bool { return false }

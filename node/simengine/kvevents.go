@@ -1,0 +1,112 @@
+package simengine
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/node/kvevents"
+)
+
+// eventPublisher turns the engine's cache changes into vLLM KV events. After every pool
+// operation the engine (holding its lock) reads the tree's summary journal since the last
+// publish: a block that became visible is a BlockStored (chained by parent hash, with its
+// tokens, consecutive blocks of one insert in one event, as vLLM's cache_full_blocks), one that
+// was evicted is a BlockRemoved (one per block, as vLLM's evictions). The published hashes are
+// the canonical hashes mixed with a per-engine secret, so they are opaque to the subscriber (as
+// vLLM's sha256 hashes are) and a mirror that confused them with canonical hashes would fail.
+type eventPublisher struct {
+	pub    *kvevents.Publisher
+	tree   *local.RadixTree
+	bs     int
+	mix    uint64
+	since  uint64
+	log    *slog.Logger
+	hashes []uint64
+	evs    []local.SummaryEvent
+	out    []kvevents.Event
+	lost   uint64
+}
+
+func newEventPublisher(ctx context.Context, cfg kvevents.PublisherConfig, tree *local.RadixTree, bs int, log *slog.Logger) (*eventPublisher, error) {
+	p, err := kvevents.NewPublisher(ctx, cfg, log.With("component", "kvevents-publisher"))
+	if err != nil {
+		return nil, err
+	}
+	return &eventPublisher{pub: p, tree: tree, bs: bs, mix: rand.Uint64() | 1, since: tree.SummaryHead(), log: log}, nil
+}
+
+// engineHash is the published hash of a canonical block hash.
+func (p *eventPublisher) engineHash(h uint64) uint64 { return h ^ p.mix }
+
+// publishLocked publishes the journal's changes since the last call; tokens and adapter are the
+// prompt just inserted (nil when the change can only be evictions). e.mu is held.
+func (e *Engine) publishLocked(tokens []uint32, adapter uint64) {
+	p := e.events
+	if p == nil {
+		return
+	}
+	var ok bool
+	p.evs, p.since, ok = p.tree.SummarySince(p.since, p.evs[:0])
+	if !ok { // unreachable: the journal is read after every change, far below its capacity
+		p.lost++
+		p.log.Error("kv events: summary journal overran; publishing AllBlocksCleared", "lost", p.lost)
+		p.pub.Publish(float64(time.Now().UnixNano())/1e9, []kvevents.Event{{Kind: kvevents.KindCleared}})
+		return
+	}
+	if len(p.evs) == 0 {
+		return
+	}
+	bs := p.bs
+	if tokens != nil {
+		p.hashes = local.AppendBlockHashes(p.hashes[:0], tokens, bs, adapter)
+	} else {
+		p.hashes = p.hashes[:0]
+	}
+	p.out = p.out[:0]
+	j := 0        // position in the prompt's hashes: inserts add blocks in prompt order
+	runFirst := 0 // the first block of the last BlockStored's run
+	for _, ev := range p.evs {
+		if !ev.Added {
+			p.out = append(p.out, kvevents.Event{Kind: kvevents.KindRemoved, Hashes: []uint64{p.engineHash(ev.Hash)}})
+			continue
+		}
+		k := j
+		for k < len(p.hashes) && p.hashes[k] != ev.Hash {
+			k++
+		}
+		if k == len(p.hashes) { // not from this insert (unreachable): cannot name its tokens
+			p.lost++
+			p.log.Error("kv events: a block became visible outside an insert", "hash", ev.Hash)
+			continue
+		}
+		if n := len(p.out); n > 0 && p.out[n-1].Kind == kvevents.KindStored && k == j && k > 0 &&
+			p.out[n-1].Hashes[len(p.out[n-1].Hashes)-1] == p.engineHash(p.hashes[k-1]) {
+			last := &p.out[n-1] // extends the previous event's run
+			last.Hashes = append(last.Hashes, p.engineHash(ev.Hash))
+			last.Tokens = tokens[runFirst*bs : (k+1)*bs]
+		} else {
+			st := kvevents.Event{Kind: kvevents.KindStored, Hashes: []uint64{p.engineHash(ev.Hash)},
+				Tokens: tokens[k*bs : (k+1)*bs], BlockSize: bs, LoRAName: loraName(adapter)}
+			if k > 0 {
+				st.Parent, st.HasParent = p.engineHash(p.hashes[k-1]), true
+			}
+			p.out = append(p.out, st)
+			runFirst = k
+		}
+		j = k + 1
+	}
+	p.pub.Publish(float64(time.Now().UnixNano())/1e9, p.out)
+}
+
+// loraName is the name the published events give an adapter: its decimal id, which
+// kvevents.AdapterID maps back to the same id (as a vLLM LoRA module named by its id would).
+func loraName(adapter uint64) string {
+	if adapter == 0 {
+		return ""
+	}
+	return strconv.FormatUint(adapter, 10)
+}
