@@ -67,9 +67,10 @@ func TestRouteRespectsPins(t *testing.T) {
 	}
 	table.Set(nil)
 	// Every node may serve it again; the overlay now expects the prompt on the pinned nodes it
-	// was routed to as well as on a, so any node with the whole prompt cached is right.
-	if r, err := route(7); err != nil || len(r.Candidates) != 3 || r.EstimatedMatchedTokens != 64 {
-		t.Fatalf("after Set(nil): %v %v, want a node holding all 64 tokens among 3", r, err)
+	// was routed to as well as on a, so any node with the whole prompt cached is right; the
+	// estimate is what the engine reports for it, 48 (vLLM recomputes the last block).
+	if r, err := route(7); err != nil || len(r.Candidates) != 3 || r.EstimatedMatchedTokens != 48 {
+		t.Fatalf("after Set(nil): %v %v, want a node holding all 64 tokens (48 reported) among 3", r, err)
 	}
 }
 
