@@ -45,7 +45,7 @@ func (t *RadixTree) Evict(numBlocks int) EvictedBlocks {
 		n := &t.nodes[c]
 		if n.flags&flagVisible != 0 {
 			n.flags &^= flagVisible
-			t.journal.emit(n.hash, false)
+			t.journal.Emit(n.hash, false)
 		}
 		out.Physical = append(out.Physical, n.block)
 		if n.disk != NoBlock {

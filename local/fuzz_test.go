@@ -58,7 +58,7 @@ func dumpState(t *RadixTree) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return fmt.Sprintf("%v|%v|%v|%v|%d|%+v|%d|%v|%v|%v", t.nodes, t.freeNodes, t.roots, t.children, t.clock, t.hits,
-		t.live, t.partials, t.heap, t.journal.head)
+		t.live, t.partials, t.heap, t.journal.Head())
 }
 
 func decodeU32s(b []byte) []uint32 {

@@ -18,22 +18,27 @@ type journalEntry struct {
 	added bool
 }
 
-// journal is a bounded ring of the newest changes. The event with sequence number s lives at
-// ring[(s-1) % cap]; the ring grows by append up to cap, so a small tree pays for what it uses.
-type journal struct {
+// Journal is a bounded ring of the newest summary changes, each with a sequence number: the
+// tree's, and the one any other summary source keeps (node/kvevents' engine-cache mirror) so that
+// the gossip publisher reads every source alike. The event with sequence number s lives at
+// ring[(s-1) % cap]; the ring grows by append up to cap, so a small source pays for what it uses.
+// Not safe for concurrent use: its owner changes it under the same lock as what it summarises.
+type Journal struct {
 	ring []journalEntry
 	cap  int
 	head uint64 // sequence number of the newest event; 0 before the first
 }
 
-func (j *journal) init(capacity int) {
+// Init sets the ring's capacity (DefaultJournalCapacity when not positive).
+func (j *Journal) Init(capacity int) {
 	if capacity <= 0 {
 		capacity = DefaultJournalCapacity
 	}
 	j.cap = capacity
 }
 
-func (j *journal) emit(h uint64, added bool) {
+// Emit records that the block with hash h became visible (added) or invisible.
+func (j *Journal) Emit(h uint64, added bool) {
 	j.head++
 	e := journalEntry{hash: h, added: added}
 	if len(j.ring) < j.cap {
@@ -42,6 +47,23 @@ func (j *journal) emit(h uint64, added bool) {
 	}
 	j.ring[(j.head-1)%uint64(j.cap)] = e
 }
+
+// Since appends to dst every change with a sequence number greater than since, in order, and
+// returns the extended slice and the newest sequence number. ok is false, and nothing is
+// appended, when since has fallen out of the ring or is ahead of head.
+func (j *Journal) Since(since uint64, dst []SummaryEvent) (events []SummaryEvent, head uint64, ok bool) {
+	if since > j.head || j.head-since > uint64(len(j.ring)) {
+		return dst, j.head, false
+	}
+	for s := since + 1; s <= j.head; s++ {
+		e := j.ring[(s-1)%uint64(j.cap)]
+		dst = append(dst, SummaryEvent{Seq: s, Hash: e.hash, Added: e.added})
+	}
+	return dst, j.head, true
+}
+
+// Head is the sequence number of the newest change (0 before the first).
+func (j *Journal) Head() uint64 { return j.head }
 
 // canBeVisible reports whether c would be visible given its parent's current visibility.
 func (t *RadixTree) canBeVisible(c int32) bool {
@@ -60,7 +82,7 @@ func (t *RadixTree) show(c int32) {
 		x := t.stack[len(t.stack)-1]
 		t.stack = t.stack[:len(t.stack)-1]
 		t.nodes[x].flags |= flagVisible
-		t.journal.emit(t.nodes[x].hash, true)
+		t.journal.Emit(t.nodes[x].hash, true)
 		for k := t.nodes[x].firstChild; k != noNode; k = t.nodes[k].nextSib {
 			if t.nodes[k].flags&flagVisible == 0 && t.canBeVisible(k) {
 				t.stack = append(t.stack, k)
@@ -79,7 +101,7 @@ func (t *RadixTree) hide(c int32) {
 		x := t.stack[len(t.stack)-1]
 		t.stack = t.stack[:len(t.stack)-1]
 		t.nodes[x].flags &^= flagVisible
-		t.journal.emit(t.nodes[x].hash, false)
+		t.journal.Emit(t.nodes[x].hash, false)
 		for k := t.nodes[x].firstChild; k != noNode; k = t.nodes[k].nextSib {
 			if t.nodes[k].flags&flagVisible != 0 {
 				t.stack = append(t.stack, k)
@@ -95,15 +117,7 @@ func (t *RadixTree) hide(c int32) {
 func (t *RadixTree) SummarySince(since uint64, dst []SummaryEvent) (events []SummaryEvent, head uint64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	j := &t.journal
-	if since > j.head || j.head-since > uint64(len(j.ring)) {
-		return dst, j.head, false
-	}
-	for s := since + 1; s <= j.head; s++ {
-		e := j.ring[(s-1)%uint64(j.cap)]
-		dst = append(dst, SummaryEvent{Seq: s, Hash: e.hash, Added: e.added})
-	}
-	return dst, j.head, true
+	return t.journal.Since(since, dst)
 }
 
 // SummarySnapshot appends to dst the hash of every visible full-block node (in no particular
@@ -116,12 +130,12 @@ func (t *RadixTree) SummarySnapshot(dst []uint64) (hashes []uint64, head uint64)
 			dst = append(dst, t.nodes[i].hash)
 		}
 	}
-	return dst, t.journal.head
+	return dst, t.journal.Head()
 }
 
 // SummaryHead returns the sequence number of the newest change (0 before the first).
 func (t *RadixTree) SummaryHead() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.journal.head
+	return t.journal.Head()
 }

@@ -22,7 +22,7 @@ type RadixTree struct {
 	clock        uint64  // the LRU access counter (spec §1.7)
 	live         int     // non-root nodes
 	hits         HitStats
-	journal      journal
+	journal      Journal
 
 	// path holds the nodes of the last walk, insert or release, chunk by chunk. walk returns its
 	// match there, and Insert and Release take it as a hint: the same sequence usually inserts or
@@ -45,7 +45,7 @@ func NewRadixTree(opts Options) *RadixTree {
 		slab:  tokenSlab{limit: maxSlabTokens},
 		snap:  newSnapshotIndex(opts),
 	}
-	t.journal.init(opts.JournalCapacity)
+	t.journal.Init(opts.JournalCapacity)
 	t.roots[0] = t.newRoot(0) // the base model's root is arena index 0, as in the reference
 	return t
 }

@@ -37,7 +37,7 @@ type Mirror struct {
 	// pending holds the tokens of known blocks whose canonical hash cannot be computed yet (their
 	// chain does not reach the root): rare, so kept beside the arena rather than in every node.
 	pending map[int32][]uint32
-	journal journal
+	journal local.Journal
 	stack   []int32
 	stats   MirrorStats
 }
@@ -92,7 +92,7 @@ type mnode struct {
 // NewMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
 func NewMirror(blockSize int) *Mirror {
 	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32)}
-	m.journal.init(local.DefaultJournalCapacity)
+	m.journal.Init(local.DefaultJournalCapacity)
 	return m
 }
 
@@ -362,7 +362,7 @@ func (m *Mirror) show(c int32) {
 		n := &m.nodes[x]
 		n.flags |= fVisible
 		if m.canon[n.canon]++; m.canon[n.canon] == 1 {
-			m.journal.emit(n.canon, true)
+			m.journal.Emit(n.canon, true)
 		}
 		for k := n.first; k != noNode; k = m.nodes[k].next {
 			if m.nodes[k].flags&fVisible == 0 && m.shouldShow(k) {
@@ -381,7 +381,7 @@ func (m *Mirror) hide(c int32) {
 		n.flags &^= fVisible
 		if v := m.canon[n.canon]; v <= 1 {
 			delete(m.canon, n.canon)
-			m.journal.emit(n.canon, false)
+			m.journal.Emit(n.canon, false)
 		} else {
 			m.canon[n.canon] = v - 1
 		}
