@@ -52,7 +52,7 @@ const (
 type Meta struct {
 	Role       Role
 	NodeID     string
-	Epoch      uint64 // random at process start: a new epoch means an empty cache
+	Epoch      uint64 // random at process start, new when a mirrored engine restarts (Agent.SetEpoch): a new epoch means an empty cache
 	GRPCAddr   string // NodeCache (nodes) or Router (routers) gRPC address
 	EngineURL  string // OpenAI-compatible engine base URL (nodes)
 	RaftAddr   string // Raft address when the member is a pin-store voter
