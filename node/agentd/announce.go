@@ -31,7 +31,7 @@ func newAnnouncer(srv *node.Server, logger *slog.Logger) *announcer {
 // restarted is the follower's OnRestart: the mirror is already clear.
 func (a *announcer) restarted(rank int) {
 	e := a.srv.NewEpoch()
-	a.log.Warn("engine restarted: new epoch", "rank", rank, "epoch", fmt.Sprintf("%016x", e))
+	a.log.Info("engine restarted: new epoch", "rank", rank, "epoch", fmt.Sprintf("%016x", e))
 	a.signal()
 }
 
