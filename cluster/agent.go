@@ -41,6 +41,8 @@ type Agent struct {
 	deps    Deps
 	metrics *metrics
 	meta    atomic.Pointer[[]byte] // encoded Meta, served by NodeMeta
+	metaMu  sync.Mutex             // serializes the read-modify-write of meta (updateMeta)
+	epoch   atomic.Uint64          // Meta.Epoch, stamped on every delta, state and push/pull entry
 	routers atomic.Pointer[[]memberlist.Node]
 
 	ml  *memberlist.Memberlist
@@ -104,10 +106,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if err := a.setMeta(cfg.Meta); err != nil {
 		return nil, err
 	}
+	a.epoch.Store(cfg.Meta.Epoch)
 	a.routers.Store(&[]memberlist.Node{})
 	switch cfg.Meta.Role {
 	case RoleNode:
-		a.pub = newPublisher(&a.cfg, deps.Source, deps.Load, a.sendToRouters, m)
+		a.pub = newPublisher(&a.cfg, &a.epoch, deps.Source, deps.Load, a.sendToRouters, m)
 	case RoleRouter:
 		a.mir = newMirror(&a.cfg, deps.Index, deps.Fetcher, m, a.Members)
 		if err := registerIndexGauges(cfg.Registry, deps.Index); err != nil {
@@ -246,15 +249,49 @@ func (a *Agent) Members() []Meta {
 	return out
 }
 
-// SetDraining updates the draining flag in this member's metadata and gossips it. Calls must
-// not overlap.
+// SetDraining updates the draining flag in this member's metadata and gossips it.
 func (a *Agent) SetDraining(draining bool) error {
+	return a.updateMeta(func(m *Meta) { m.Draining = draining })
+}
+
+// SetCold updates the cold flag in this node's metadata (Meta.Cold: its summary is a lower
+// bound) and gossips it.
+func (a *Agent) SetCold(cold bool) error {
+	return a.updateMeta(func(m *Meta) { m.Cold = cold })
+}
+
+// SetEpoch moves this node to a new epoch: its cache was replaced by an empty one (a mirrored
+// engine restarted). From the call on, deltas, states and push/pull entries carry the new epoch
+// and the metadata gossips it; a router that sees it drops everything it knew about the old
+// epoch at once and repairs with GetSummary (DESIGN.md §5), so the node's NodeCache server must
+// already answer with the same epoch, and its summary must no longer hold the old cache's blocks.
+func (a *Agent) SetEpoch(epoch uint64) error {
+	if epoch == 0 {
+		return fmt.Errorf("cluster: %w: epoch 0", ErrInvalid)
+	}
+	return a.updateMeta(func(m *Meta) {
+		m.Epoch = epoch
+		a.epoch.Store(epoch)
+	})
+}
+
+// updateMeta applies change to this member's metadata and, once started, gossips the result
+// (waiting at most LeaveTimeout for the broadcast). Safe for concurrent use.
+func (a *Agent) updateMeta(change func(*Meta)) error {
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
 	m := a.Meta()
-	m.Draining = draining
+	change(&m)
 	if err := a.setMeta(m); err != nil {
 		return err
 	}
-	return a.ml.UpdateNode(a.cfg.LeaveTimeout)
+	a.mu.Lock()
+	ml, live := a.ml, a.started && !a.closed
+	a.mu.Unlock()
+	if !live {
+		return nil // Start publishes the metadata as it is then
+	}
+	return ml.UpdateNode(a.cfg.LeaveTimeout)
 }
 
 // Close stops publishing, leaves the cluster (bounded by LeaveTimeout and ctx), stops the
@@ -372,7 +409,7 @@ func (a *Agent) localState() []byte {
 	v := Vector{Role: a.cfg.Meta.Role, From: a.cfg.Meta.NodeID}
 	if a.pub != nil {
 		seq, sum := a.pub.version()
-		v.Entries = []VersionEntry{{NodeID: a.cfg.Meta.NodeID, Epoch: a.cfg.Meta.Epoch, Seq: seq, Checksum: sum}}
+		v.Entries = []VersionEntry{{NodeID: a.cfg.Meta.NodeID, Epoch: a.epoch.Load(), Seq: seq, Checksum: sum}}
 	} else {
 		v.Entries = a.mir.vector()
 	}

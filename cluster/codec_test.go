@@ -36,6 +36,35 @@ func TestMetaRoundTrip(t *testing.T) {
 	}
 }
 
+// The flags byte (offset 2): Cold and Draining round-trip independently, a metadata written
+// before Cold existed decodes as not cold, and bits a later release may add are ignored.
+func TestMetaFlags(t *testing.T) {
+	for _, c := range []struct{ draining, cold bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		m := sampleMeta()
+		m.Draining, m.Cold = c.draining, c.cold
+		b, err := m.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Meta
+		if err := got.UnmarshalBinary(b); err != nil || got != m {
+			t.Fatalf("%+v: got %+v, %v", c, got, err)
+		}
+		// An old encoder never set bit 1: that is "not cold".
+		old := append([]byte(nil), b...)
+		old[2] &^= metaFlagCold
+		if err := got.UnmarshalBinary(old); err != nil || got.Cold || got.Draining != c.draining {
+			t.Fatalf("%+v without the cold bit: got %+v, %v", c, got, err)
+		}
+		// Unknown bits from a later release change nothing.
+		later := append([]byte(nil), b...)
+		later[2] |= 0xfc
+		if err := got.UnmarshalBinary(later); err != nil || got != m {
+			t.Fatalf("%+v with unknown flag bits: got %+v, %v", c, got, err)
+		}
+	}
+}
+
 func TestMetaLimits(t *testing.T) {
 	m := sampleMeta()
 	long := strings.Repeat("x", maxMetaString)

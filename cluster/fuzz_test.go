@@ -35,6 +35,10 @@ func FuzzDecodeDelta(f *testing.F) {
 func FuzzDecodeMeta(f *testing.F) {
 	b, _ := sampleMeta().MarshalBinary()
 	f.Add(b)
+	cold := sampleMeta()
+	cold.Cold = true
+	b, _ = cold.MarshalBinary()
+	f.Add(b)
 	f.Add([]byte{metaVersion, byte(RoleRouter), 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m Meta

@@ -74,6 +74,7 @@ func testConfig(role Role, id string) Config {
 type testNode struct {
 	id    string
 	tree  *local.RadixTree
+	srv   *node.Server // its NodeCache server (GetSummary, the epoch repairs check)
 	agent *Agent
 	gs    *grpc.Server
 }
@@ -179,6 +180,7 @@ func startNode(t testing.TB, id string, seeds []string, mods ...func(*Config)) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.srv = srv
 	n.gs = grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(n.gs)
 	go func() { _ = n.gs.Serve(lis) }()

@@ -40,13 +40,19 @@ const MaxMetaBytes = 512
 // with the fixed fields, and a hostile length prefix cannot ask for a large allocation.
 const maxMetaString = 255
 
-const metaFlagDraining = 1 << 0
+// Flag bits of Meta's flags byte. A decoder ignores bits it does not know, so a flag added by a
+// later release is invisible to an older router during a rolling upgrade (it keeps routing as
+// before) and needs no new version.
+const (
+	metaFlagDraining = 1 << 0
+	metaFlagCold     = 1 << 1 // issue 11: the node's mirror of its engine's cache is incomplete
+)
 
 // Meta is a member's metadata, carried by memberlist in its alive messages.
 type Meta struct {
 	Role       Role
 	NodeID     string
-	Epoch      uint64 // random at process start: a new epoch means an empty cache
+	Epoch      uint64 // random at process start, new when a mirrored engine restarts (Agent.SetEpoch): a new epoch means an empty cache
 	GRPCAddr   string // NodeCache (nodes) or Router (routers) gRPC address
 	EngineURL  string // OpenAI-compatible engine base URL (nodes)
 	RaftAddr   string // Raft address when the member is a pin-store voter
@@ -54,6 +60,10 @@ type Meta struct {
 	BlockSize  uint32 // tokens per KV block
 	KVCapacity uint64 // KV capacity in blocks
 	Draining   bool
+	// Cold: the node's view of its cache is incomplete (a mirrored engine's KV events were lost
+	// beyond replay, or the mirror has no clean baseline yet), so its summary is a lower bound.
+	// Routers still send it load but take no prefix affinity from it until it clears.
+	Cold bool
 }
 
 // MarshalBinary encodes m: version, role, flags, epoch (8 bytes LE), block size and capacity
@@ -73,6 +83,9 @@ func (m Meta) appendBinary(b []byte) ([]byte, error) {
 	var flags byte
 	if m.Draining {
 		flags |= metaFlagDraining
+	}
+	if m.Cold {
+		flags |= metaFlagCold
 	}
 	b = append(b, metaVersion, byte(m.Role), flags)
 	b = binary.LittleEndian.AppendUint64(b, m.Epoch)
@@ -108,6 +121,7 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 	out.Role = Role(r.byte())
 	flags := r.byte()
 	out.Draining = flags&metaFlagDraining != 0
+	out.Cold = flags&metaFlagCold != 0 // other bits: a later release's flags, ignored
 	out.Epoch = r.u64()
 	bs := r.uvarint()
 	if bs > math.MaxUint32 {

@@ -17,6 +17,7 @@ type metrics struct {
 	held           prometheus.Counter   // deltas that arrived ahead of a missing one
 	lag            prometheus.Histogram // node emit → router apply, seconds
 	nodes          prometheus.Gauge     // node members the mirror tracks
+	coldNodes      prometheus.Gauge     // of those, flagged cold (Meta.Cold)
 	sendErrors     prometheus.Counter
 	members        *prometheus.GaugeVec // live members by role, this one included
 	joinFailures   prometheus.Counter
@@ -59,6 +60,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "prefixmesh_gossip_mirrored_nodes", Help: "Node members the router mirrors.",
 		}),
+		coldNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "prefixmesh_gossip_cold_nodes", Help: "Mirrored nodes flagged cold (their cache view is incomplete: routed by load, no prefix affinity).",
+		}),
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "prefixmesh_gossip_send_errors_total", Help: "Best-effort sends that failed locally.",
 		}),
@@ -78,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.badPackets = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "prefixmesh_gossip_bad_packets_total", Help: "Gossip packets and streams memberlist refused, by kind (decrypt, label, checksum, decode, stream).",
 	}, []string{"kind"})
-	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.packetsSent, m.drops, m.repairs, m.repairFailures, m.held, m.lag, m.nodes, m.sendErrors, m.members, m.joinFailures, m.isolated, m.logLines, m.badPackets} {
+	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.packetsSent, m.drops, m.repairs, m.repairFailures, m.held, m.lag, m.nodes, m.coldNodes, m.sendErrors, m.members, m.joinFailures, m.isolated, m.logLines, m.badPackets} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -508,7 +508,11 @@ func (mi *Mirror) forget(node string) {
 func (mi *Mirror) publish() {
 	v := &view{synced: mi.reconciled}
 	v.nodes = make([]NodeStatus, 0, len(mi.peers))
+	cold := 0
 	for _, p := range mi.peers {
+		if p.meta.Cold {
+			cold++
+		}
 		v.nodes = append(v.nodes, NodeStatus{Meta: p.meta, Load: p.load, LoadRecv: p.loadRecv, Synced: p.synced, Seq: p.seq})
 		if !p.synced {
 			v.synced = false
@@ -520,6 +524,7 @@ func (mi *Mirror) publish() {
 	slices.SortFunc(v.nodes, func(a, b NodeStatus) int { return cmpStr(a.Meta.NodeID, b.Meta.NodeID) })
 	mi.view.Store(v)
 	mi.metrics.nodes.Set(float64(len(v.nodes)))
+	mi.metrics.coldNodes.Set(float64(cold))
 }
 
 // vector is the mirror's push/pull state.

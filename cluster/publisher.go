@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/local"
@@ -24,6 +25,7 @@ type LoadFunc func() Load
 // its state if load or head changed, and every HeartbeatInterval regardless.
 type publisher struct {
 	cfg     *Config
+	epoch   *atomic.Uint64 // the agent's current epoch (Agent.SetEpoch moves it)
 	src     Source
 	load    LoadFunc
 	send    func(b []byte) // to every router member, best effort
@@ -41,13 +43,14 @@ type publisher struct {
 	lastLoad  Load
 	lastState time.Time
 	stateHead uint64
+	stateEpo  uint64
 }
 
-func newPublisher(cfg *Config, src Source, load LoadFunc, send func([]byte), m *metrics) *publisher {
+func newPublisher(cfg *Config, epoch *atomic.Uint64, src Source, load LoadFunc, send func([]byte), m *metrics) *publisher {
 	if load == nil {
 		load = func() Load { return Load{} }
 	}
-	return &publisher{cfg: cfg, src: src, load: load, send: send, metrics: m, now: time.Now}
+	return &publisher{cfg: cfg, epoch: epoch, src: src, load: load, send: send, metrics: m, now: time.Now}
 }
 
 // version returns the (sequence, checksum) last published.
@@ -100,6 +103,7 @@ func (p *publisher) publish() {
 		return
 	}
 	emit := p.now().UnixNano()
+	epoch := p.epoch.Load()
 	max := MaxDeltaEvents(len(p.cfg.Meta.NodeID))
 	for start := 0; start < len(p.events); start += max {
 		chunk := p.events[start:min(start+max, len(p.events))]
@@ -109,7 +113,7 @@ func (p *publisher) publish() {
 		}
 		d := Delta{
 			NodeID:   p.cfg.Meta.NodeID,
-			Epoch:    p.cfg.Meta.Epoch,
+			Epoch:    epoch,
 			FromSeq:  chunk[0].Seq - 1,
 			ToSeq:    chunk[len(chunk)-1].Seq,
 			EmitUnix: emit,
@@ -135,7 +139,7 @@ func (p *publisher) publish() {
 func (p *publisher) maybeSendState() {
 	l := p.load()
 	head, _ := p.version()
-	if l.sameAs(p.lastLoad) && head == p.stateHead && p.now().Sub(p.lastState) < p.cfg.HeartbeatInterval {
+	if l.sameAs(p.lastLoad) && head == p.stateHead && p.epoch.Load() == p.stateEpo && p.now().Sub(p.lastState) < p.cfg.HeartbeatInterval {
 		return
 	}
 	p.sendStateWith(l)
@@ -149,7 +153,8 @@ func (p *publisher) sendStateWith(l Load) {
 		l.At = now.UnixNano()
 	}
 	head, sum := p.version()
-	s := State{NodeID: p.cfg.Meta.NodeID, Epoch: p.cfg.Meta.Epoch, HeadSeq: head, Checksum: sum, Load: l}
+	epoch := p.epoch.Load()
+	s := State{NodeID: p.cfg.Meta.NodeID, Epoch: epoch, HeadSeq: head, Checksum: sum, Load: l}
 	b, err := s.AppendBinary(p.buf[:0])
 	if err != nil {
 		p.cfg.Logger.Error("encode node state", "err", err)
@@ -157,5 +162,5 @@ func (p *publisher) sendStateWith(l Load) {
 	}
 	p.buf = b
 	p.send(b)
-	p.lastLoad, p.lastState, p.stateHead = l, now, head
+	p.lastLoad, p.lastState, p.stateHead, p.stateEpo = l, now, head, epoch
 }

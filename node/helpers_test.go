@@ -26,6 +26,7 @@ type testNode struct {
 	srv    *Server
 	reg    *prometheus.Registry
 	client pb.NodeCacheClient
+	epoch  uint64 // the epoch its answers must carry: testEpoch until the test calls NewEpoch
 }
 
 // startNode serves a fresh tree with opts over loopback gRPC until the test ends.
@@ -63,7 +64,7 @@ func startNode(tb testing.TB, opts local.Options) *testNode {
 			tb.Errorf("Serve did not return within %v of Stop", testTimeout)
 		}
 	})
-	return &testNode{tree: tree, srv: srv, reg: reg, client: pb.NewNodeCacheClient(conn)}
+	return &testNode{tree: tree, srv: srv, reg: reg, client: pb.NewNodeCacheClient(conn), epoch: testEpoch}
 }
 
 // testCtx is a context bounded by testTimeout and cancelled when the test ends.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -58,7 +59,7 @@ type Server struct {
 	tree      Tree
 	nodeID    string
 	blockSize int32
-	epoch     uint64
+	epoch     atomic.Uint64 // NewEpoch moves it when the cache is replaced by an empty one
 	readOnly  bool
 	log       *slog.Logger
 	metrics   *metrics // nil when Config.Registry is nil
@@ -91,10 +92,10 @@ func New(tree Tree, cfg Config) (*Server, error) {
 		tree:      tree,
 		nodeID:    cfg.NodeID,
 		blockSize: int32(cfg.BlockSize),
-		epoch:     epoch,
 		readOnly:  cfg.ReadOnly,
 		log:       log,
 	}
+	s.epoch.Store(epoch)
 	if cfg.Registry != nil {
 		m, err := newMetrics(cfg.Registry, tree)
 		if err != nil {
@@ -107,7 +108,21 @@ func New(tree Tree, cfg Config) (*Server, error) {
 
 // Epoch is this incarnation's random identifier; a router that sees it change drops everything
 // it knew about the node (DESIGN.md §5).
-func (s *Server) Epoch() uint64 { return s.epoch }
+func (s *Server) Epoch() uint64 { return s.epoch.Load() }
+
+// NewEpoch moves the server to a fresh random epoch (non-zero, not the current one) and returns
+// it. Call it after the tree was replaced by an empty one (a mirrored engine restarted), never
+// before: a router that repairs with GetSummary and sees the new epoch must find none of the old
+// cache's blocks. Gossip the same epoch (cluster.Agent.SetEpoch) so that routers expect it.
+func (s *Server) NewEpoch() uint64 {
+	old := s.epoch.Load()
+	e := old
+	for e == 0 || e == old {
+		e = rand.Uint64()
+	}
+	s.epoch.Store(e)
+	return e
+}
 
 // NodeID is the node's configured id.
 func (s *Server) NodeID() string { return s.nodeID }
@@ -311,7 +326,7 @@ func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, er
 	ss := s.tree.SnapshotStats()
 	return &pb.StatsResponse{
 		NodeId:        s.nodeID,
-		Epoch:         s.epoch,
+		Epoch:         s.epoch.Load(),
 		Entries:       int64(entries),
 		CachedBlocks:  int64(blocks),
 		Hits:          hs.Hits,

@@ -15,17 +15,22 @@ const MaxSummaryChunkHashes = 8192
 // GetSummary implements NodeCache.GetSummary: a delta when the caller names a since_seq of this
 // epoch that the tree's journal still holds, otherwise a full snapshot. Either is taken from the
 // tree in one locked step, so it is exactly the set walk sees at seq (DESIGN.md §3).
+//
+// The epoch is read once, before the tree: NewEpoch is called after the old cache was dropped,
+// so a summary stamped with a new epoch never holds the old epoch's blocks. A delta asked for
+// across an epoch change is answered with a snapshot.
 func (s *Server) GetSummary(req *pb.GetSummaryRequest, stream pb.NodeCache_GetSummaryServer) error {
-	if req.SinceSeq != nil && (req.GetEpoch() == 0 || req.GetEpoch() == s.epoch) {
+	epoch := s.epoch.Load()
+	if req.SinceSeq != nil && (req.GetEpoch() == 0 || req.GetEpoch() == epoch) {
 		since := req.GetSinceSeq()
 		events, head, ok := s.tree.SummarySince(since, nil)
 		if ok {
 			added, removed := netChanges(events)
-			return s.sendSummary(stream, pb.SummaryKind_SUMMARY_KIND_DELTA, since, head, added, removed)
+			return s.sendSummary(stream, epoch, pb.SummaryKind_SUMMARY_KIND_DELTA, since, head, added, removed)
 		}
 	}
 	hashes, seq := s.tree.SummarySnapshot(nil)
-	return s.sendSummary(stream, pb.SummaryKind_SUMMARY_KIND_SNAPSHOT, 0, seq, hashes, nil)
+	return s.sendSummary(stream, epoch, pb.SummaryKind_SUMMARY_KIND_SNAPSHOT, 0, seq, hashes, nil)
 }
 
 // netChanges folds a run of journal events into their net effect: a hash whose last event is an
@@ -52,11 +57,11 @@ func netChanges(events []local.SummaryEvent) (added, removed []uint64) {
 
 // sendSummary streams added then removed in chunks of at most MaxSummaryChunkHashes, always at
 // least one chunk, the final one marked last.
-func (s *Server) sendSummary(stream pb.NodeCache_GetSummaryServer, kind pb.SummaryKind, from, seq uint64, added, removed []uint64) error {
+func (s *Server) sendSummary(stream pb.NodeCache_GetSummaryServer, epoch uint64, kind pb.SummaryKind, from, seq uint64, added, removed []uint64) error {
 	for {
 		c := &pb.SummaryChunk{
 			NodeId:    s.nodeID,
-			Epoch:     s.epoch,
+			Epoch:     epoch,
 			Seq:       seq,
 			Kind:      kind,
 			FromSeq:   from,

@@ -40,7 +40,7 @@ func getSummary(tb testing.TB, n *testNode, req *pb.GetSummaryRequest) summary {
 		if s.chunks > 0 && (c.GetSeq() != s.seq || c.GetKind() != s.kind) {
 			tb.Fatalf("chunk %d: seq %d kind %v, want %d %v like the first", s.chunks, c.GetSeq(), c.GetKind(), s.seq, s.kind)
 		}
-		if c.GetNodeId() != "node-a" || c.GetEpoch() != testEpoch || c.GetBlockSize() != 16 {
+		if c.GetNodeId() != "node-a" || c.GetEpoch() != n.epoch || c.GetBlockSize() != 16 {
 			tb.Fatalf("chunk %d: node %q epoch %#x block size %d", s.chunks, c.GetNodeId(), c.GetEpoch(), c.GetBlockSize())
 		}
 		if k := len(c.GetHashes()) + len(c.GetRemoved()); k > MaxSummaryChunkHashes {
@@ -192,5 +192,36 @@ func TestNetChanges(t *testing.T) {
 	added, removed := netChanges(ev)
 	if !sameSet(added, []uint64{2, 3}) || !sameSet(removed, []uint64{1, 4}) {
 		t.Fatalf("netChanges = +%v −%v, want +[2 3] −[1 4]", added, removed)
+	}
+}
+
+// TestNewEpoch: after NewEpoch, Stats and every GetSummary chunk carry the new epoch, a delta
+// asked for since a sequence of the old epoch is answered with a snapshot, and one of the new
+// epoch is a delta again (the journal's sequence carries on across the change).
+func TestNewEpoch(t *testing.T) {
+	n := startNode(t, local.Options{})
+	ctx := testCtx(t)
+	const bs = 16
+	a := prompt(1, 4*bs)
+	must(n.client.Insert(ctx, &pb.InsertRequest{Tokens: a, BlockTable: blocks(10, 4), BlockSize: bs}))(t)
+	since := getSummary(t, n, &pb.GetSummaryRequest{}).seq
+
+	e := n.srv.NewEpoch()
+	if e == 0 || e == testEpoch || n.srv.Epoch() != e {
+		t.Fatalf("NewEpoch = %#x, Epoch() = %#x; want a fresh non-zero epoch", e, n.srv.Epoch())
+	}
+	n.epoch = e
+	st, err := n.client.Stats(ctx, &pb.StatsRequest{})
+	if err != nil || st.GetEpoch() != e {
+		t.Fatalf("Stats = %v, %v; want epoch %#x", st, err, e)
+	}
+	if s := getSummary(t, n, &pb.GetSummaryRequest{SinceSeq: proto.Uint64(since), Epoch: testEpoch}); s.kind != pb.SummaryKind_SUMMARY_KIND_SNAPSHOT || s.seq != since {
+		t.Fatalf("delta since the old epoch: got %v at %d, want a snapshot at %d", s.kind, s.seq, since)
+	}
+	if s := getSummary(t, n, &pb.GetSummaryRequest{SinceSeq: proto.Uint64(since), Epoch: e}); s.kind != pb.SummaryKind_SUMMARY_KIND_DELTA || s.from != since {
+		t.Fatalf("delta since the new epoch: got %v from %d, want a delta from %d", s.kind, s.from, since)
+	}
+	if e2 := n.srv.NewEpoch(); e2 == e || e2 == 0 {
+		t.Fatalf("second NewEpoch = %#x, want another fresh epoch than %#x", e2, e)
 	}
 }

@@ -128,6 +128,42 @@ func TestRouteLongestPrefix(t *testing.T) {
 	}
 }
 
+// A node flagged cold in its gossip metadata (its mirror is partial) gets no prefix affinity
+// through the router's view and decision: the warm node with the shorter match wins, both
+// candidates stay, and the view's own estimate for the cold node is 0.
+func TestRouteColdNode(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	p := seq(100, 1000)
+	idx.ReplaceNode("a", 1, 1, local.BlockHashes(p[:32], 16, 0))
+	idx.ReplaceNode("b", 1, 1, local.BlockHashes(p, 16, 0))
+	cold := node("b", 16, true, 0)
+	cold.Meta.Cold = true
+	v := NewView(fakeMirror{node("a", 16, true, 0), cold}, idx)
+	srv, err := NewServer(v, DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := startServer(t, srv).Route(context.Background(), &pb.RouteRequest{Tokens: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.NodeId != "a" || resp.EstimatedMatchedTokens != 32 || len(resp.Candidates) != 2 {
+		t.Fatalf("got %+v; want a with 32 tokens, the cold b still a candidate", resp)
+	}
+	for _, c := range resp.Candidates {
+		if c.NodeId == "b" && c.EstimatedMatchedTokens != 0 {
+			t.Fatalf("cold b estimated at %d tokens, want 0", c.EstimatedMatchedTokens)
+		}
+	}
+	var s Snapshot
+	v.For(p, 0, &s)
+	for i, n := range s.Nodes {
+		if n.ID == "b" && (!n.Cold || s.MatchedTokens[i] != 0) {
+			t.Fatalf("view of b: cold %v, %d tokens; want cold with 0", n.Cold, s.MatchedTokens[i])
+		}
+	}
+}
+
 func TestViewMixedBlockSizes(t *testing.T) {
 	idx := routing.NewIndex(routing.DefaultIndexConfig())
 	p := seq(64, 5)

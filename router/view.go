@@ -93,6 +93,7 @@ func nodeInfo(n *cluster.NodeStatus, now time.Time) routing.NodeInfo {
 		ID:                  m.NodeID,
 		Alive:               true,
 		Draining:            m.Draining,
+		Cold:                m.Cold,
 		Model:               m.Model,
 		QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
 		Running:             int(n.Load.Running),
@@ -150,7 +151,9 @@ func (v *View) For(tokens []uint32, adapterID uint64, s *Snapshot) {
 		j := 0
 		for i := range s.Nodes {
 			if s.Nodes[i].BlockSize == bs {
-				s.MatchedTokens[i] = s.blocks[j] * bs
+				if !s.Nodes[i].Cold { // a partial summary: no estimate (as routing.Decider)
+					s.MatchedTokens[i] = s.blocks[j] * bs
+				}
 				j++
 			}
 		}

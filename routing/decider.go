@@ -14,10 +14,10 @@ import (
 // same state. It owns what only this router knows — its in-flight requests per node and the
 // overlay of prefixes it has just routed — and folds in what other routers told it about theirs
 // (decider_peers.go). For a request it hashes the prompt once per block size among the
-// candidates, estimates each candidate's matched tokens as max(index, overlay) × block size,
-// fills the in-flight fields of every candidate (this router's plus its peers'), applies the
-// per-node in-flight cap and lets the policy choose, all under one lock with the load it saw, so
-// concurrent requests see each other. Committing a decision (Begin or Record) updates the
+// candidates, estimates each candidate's matched tokens as max(index, overlay) × block size (0 for
+// a cold node, NodeInfo.Cold), fills the in-flight fields of every candidate (this router's plus
+// its peers'), applies the per-node in-flight cap and lets the policy choose, all under one lock
+// with the load it saw, so concurrent requests see each other. Committing a decision (Begin or Record) updates the
 // in-flight counts and the overlay and reports it to the OnDecision hook, which a sharer sends
 // to the other routers. It does no IO, starts no goroutines and reads the clock only through
 // `now` arguments. Safe for concurrent use.
@@ -190,6 +190,11 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 				d.estimate(c.extra, c.ids[i:i+1], c.blocks[i:i+1], c.iblocks[i:i+1], now)
 				c.matched[i] = c.blocks[i] * bs
 			}
+		}
+	}
+	for i := range nodes {
+		if nodes[i].Cold { // a partial summary: no affinity from it, nor from the overlay on top of it
+			c.blocks[i], c.iblocks[i], c.matched[i] = 0, 0, 0
 		}
 	}
 	rq := Request{Hashes: c.hashes, PromptTokens: len(req.Tokens), AdapterID: req.AdapterID, Model: req.Model,

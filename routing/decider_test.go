@@ -150,3 +150,40 @@ func TestSessionKey(t *testing.T) {
 		t.Fatalf("SessionKey = %#x", got)
 	}
 }
+
+// A cold node's summary is partial: the decision counts its matched tokens as 0 (index and
+// overlay), so affinity goes to the warm node holding the same prefix; alone, the cold node still
+// takes the request. Flagged warm again, it gets its affinity back.
+func TestDeciderColdNodeHasNoAffinity(t *testing.T) {
+	d, idx := testDecider(t, DeciderConfig{})
+	toks := seqTokens(160, 1) // 10 blocks
+	idx.ReplaceNode("a", 1, 2, local.BlockHashes(toks, 16, 0))
+	idx.ReplaceNode("b", 1, 2, local.BlockHashes(toks[:64], 16, 0))
+	now := time.Unix(100, 0)
+	nodes := candidates()
+	nodes[0].Cold = true
+	var c Choice
+	if err := d.Decide(&DecideRequest{Tokens: toks}, nodes, now, CommitNone, &c); err != nil {
+		t.Fatal(err)
+	}
+	if nodes[c.Node].ID != "b" || c.MatchedTokens != 64 {
+		t.Fatalf("chose %s with %d matched tokens; want b (64) over the cold a", nodes[c.Node].ID, c.MatchedTokens)
+	}
+	for _, cd := range c.Candidates {
+		if nodes[cd.Node].ID == "a" && cd.MatchedTokens != 0 {
+			t.Fatalf("cold node a estimated at %d tokens, want 0", cd.MatchedTokens)
+		}
+	}
+	// Routed to the cold node, the overlay holds the prefix there; still no affinity from it.
+	alone := []NodeInfo{{ID: "a", Alive: true, Cold: true}}
+	if err := d.Decide(&DecideRequest{Tokens: toks}, alone, now, CommitRecord, &c); err != nil || c.Node != 0 || c.MatchedTokens != 0 {
+		t.Fatalf("the cold node alone: %+v %v; want it chosen with 0 matched tokens", c, err)
+	}
+	if err := d.Decide(&DecideRequest{Tokens: toks}, alone, now, CommitNone, &c); err != nil || c.MatchedTokens != 0 {
+		t.Fatalf("cold after its overlay record: %+v %v; want 0 matched tokens", c, err)
+	}
+	nodes[0].Cold = false
+	if err := d.Decide(&DecideRequest{Tokens: toks}, nodes, now, CommitNone, &c); err != nil || nodes[c.Node].ID != "a" || c.MatchedTokens != 144 {
+		t.Fatalf("warm again: chose %s with %d matched tokens, %v; want a with 144 (vLLM's rule: the last block is recomputed)", nodes[c.Node].ID, c.MatchedTokens, err)
+	}
+}

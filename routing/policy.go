@@ -11,7 +11,11 @@ type NodeInfo struct {
 	ID       string
 	Alive    bool
 	Draining bool
-	Model    string
+	// Cold: the node's summary is incomplete (cluster.Meta.Cold: its mirror of a real engine's
+	// cache lost events beyond replay, or has no clean baseline yet). Decider.Decide counts its
+	// matched tokens as 0, so prefix affinity never leans on a partial view; it still takes load.
+	Cold  bool
+	Model string
 	// PrefillTokensPerSec is the node's uncached prefill throughput; 0 means unknown
 	// (PolicyConfig.DefaultPrefillTokensPerSec is used).
 	PrefillTokensPerSec float64

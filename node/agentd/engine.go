@@ -27,13 +27,13 @@ type engineSide struct {
 // the agent's). With --engine=external the engine is another process that calls NodeCache over
 // gRPC; nothing runs here, and --engine-url is what gets advertised. With --engine=vllm|sglang
 // the engine is another process whose KV events keep mirror in step (startMirror).
-func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
+func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, ann *announcer, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
 	switch cfg.Engine {
 	case engineExternal:
 		logger.Info("external engine", "url", cfg.EngineURL)
 		return engineSide{close: func() {}}, nil
 	case engineVLLM, engineSGLang:
-		return startMirror(ctx, cfg, mirror, logger, reg)
+		return startMirror(ctx, cfg, mirror, ann, logger, reg)
 	case engineSim:
 		sc := simengine.DefaultConfig()
 		sc.BlockSize = cfg.BlockSize
@@ -81,8 +81,8 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 // was given (waiting for the engine to come up), subscribes to its KV events (one subscription
 // per data-parallel rank) and probes its health, load and process start time. The agent is
 // healthy while the engine is; a changed start time drops the mirror (a restart the event stream
-// may not show).
-func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
+// may not show). The follower's restarts and completeness go to ann.
+func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
 	log := logger.With("component", "kvevents")
 	if cfg.Model == "" {
 		m, err := engineModel(ctx, cfg.EngineURL, log)
@@ -95,10 +95,13 @@ func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, logg
 		cfg.Model = m
 		log.Info("engine model", "model", m)
 	}
-	f, err := kvevents.NewFollower(cfg.kvEventsConfig(), mirror, log, reg)
+	kc := cfg.kvEventsConfig()
+	kc.OnRestart, kc.OnComplete = ann.restarted, ann.completeChanged
+	f, err := kvevents.NewFollower(kc, mirror, log, reg)
 	if err != nil {
 		return engineSide{}, err
 	}
+	ann.complete = f.Complete // before Start: the hooks and ann's goroutine read it
 	f.Start(ctx)
 	probe := newEngineProbe(cfg.EngineURL, log, f.EngineRestarted)
 	probe.start(ctx)

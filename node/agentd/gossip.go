@@ -13,9 +13,10 @@ import (
 
 // startGossip starts the node's cluster agent when --gossip-listen is set (nil, nil otherwise):
 // a memberlist member whose metadata names this node, its epoch (the NodeCache server's, so
-// that a router's repair pull matches), its gRPC and engine addresses, and that publishes the
-// tree's summary journal and the engine's load to every router.
-func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uint64, grpcAddr, httpAddr net.Addr,
+// that a router's repair pull matches), whether it starts cold (a mirror without a clean
+// baseline yet), its gRPC and engine addresses, and that publishes the tree's summary journal
+// and the engine's load to every router.
+func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uint64, cold bool, grpcAddr, httpAddr net.Addr,
 	load cluster.LoadFunc, logger *slog.Logger, reg prometheus.Registerer) (*cluster.Agent, error) {
 	if cfg.Gossip.Listen == "" {
 		return nil, nil
@@ -24,7 +25,7 @@ func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uin
 	if err := cfg.Gossip.Apply(&gc); err != nil {
 		return nil, err
 	}
-	gc.Meta.Epoch = epoch
+	gc.Meta.Epoch, gc.Meta.Cold = epoch, cold
 	gc.Meta.GRPCAddr = cluster.ReachableAddr(grpcAddr, gc.AdvertiseAddr)
 	gc.Meta.EngineURL = cfg.EngineURL
 	gc.Meta.Model = cfg.Model

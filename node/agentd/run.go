@@ -123,7 +123,11 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	// context, cancelled only after the HTTP server has shut down.
 	engineCtx, cancelEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEngine()
-	side, err := startEngine(engineCtx, &cfg, tree, mirror, logger, reg, mux)
+	var ann *announcer // a mirrored engine's restarts (new epoch) and completeness (cold) to routers
+	if mirror != nil {
+		ann = newAnnouncer(cacheSrv, logger.With("component", "kvevents"))
+	}
+	side, err := startEngine(engineCtx, &cfg, tree, mirror, ann, logger, reg, mux)
 	if err != nil {
 		return fmt.Errorf("start engine: %w", err)
 	}
@@ -141,7 +145,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	// 6b. Gossip (with --gossip-listen): publish this node's summary and load to the routers.
-	agent, err := startGossip(ctx, cfg, view, cacheSrv.Epoch(), grpcLis.Addr(), httpLis.Addr(), side.load, logger, reg)
+	agent, err := startGossip(ctx, cfg, view, cacheSrv.Epoch(), ann.cold(), grpcLis.Addr(), httpLis.Addr(), side.load, logger, reg)
 	if err != nil {
 		_ = grpcLis.Close()
 		_ = httpLis.Close()
@@ -194,6 +198,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	defer stopHealth()
 	engineDone := followHealth(healthCtx, side.healthy, &ready, applyHealth, logger)
 	waitGossip := gossipOK.start(healthCtx, agent, applyHealth, logger.With("component", "gossip"))
+	waitAnnounce := ann.start(healthCtx, agent)
 	logger.Info("serving")
 
 	var runErr error
@@ -211,6 +216,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	stopHealth()
 	<-engineDone
 	waitGossip()
+	waitAnnounce()
 	ready.Store(false)
 	if agent != nil { // leave the cluster first: routers stop choosing this node at once
 		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout)

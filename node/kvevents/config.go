@@ -42,6 +42,16 @@ type Config struct {
 	// the mirror behind until the engine's next step. 2 s: a busy engine publishes every step,
 	// so an idle probe costs a quiet engine one small request every 2 s.
 	IdleProbe time.Duration
+
+	// OnRestart, when set, is called after a rank's mirror was dropped because the engine
+	// restarted (its sequence went back, its replay buffer started over, or EngineRestarted):
+	// the node agent moves to a new epoch, so routers drop the old cache at once. OnComplete,
+	// when set, is called whenever a rank's completeness (Follower.Complete, the
+	// prefixmesh_kvevents_mirror_complete gauge) changes: the node agent flags the node cold
+	// while any rank is incomplete. Both run on the rank's applier goroutine (ranks
+	// concurrently), the mirror already changed, and must not block.
+	OnRestart  func(rank int)
+	OnComplete func(rank int, complete bool)
 }
 
 // DefaultConfig returns the defaults documented on Config, with vLLM's default endpoint as seen

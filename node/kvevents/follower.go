@@ -19,9 +19,10 @@ import (
 // the replay DEALER never share a socket). The applier checks every sequence number: the next
 // one is applied; a gap is replayed from the engine's replay socket (both reply layouts, with
 // duplicates from the live queue dropped); a sequence that goes back means the engine restarted,
-// so the rank's mirror is dropped and rebuilt; a gap that cannot be replayed, or a first message
-// after seq 0 that replay cannot reach back to, clears the rank and marks it incomplete (cold)
-// until an AllBlocksCleared or a restart gives it a clean baseline again.
+// so the rank's mirror is dropped and rebuilt (and Config.OnRestart told: a new epoch); a gap
+// that cannot be replayed, or a first message after seq 0 that replay cannot reach back to,
+// clears the rank and marks it incomplete (cold, Config.OnComplete) until an AllBlocksCleared or
+// a restart gives it a clean baseline again.
 type Follower struct {
 	cfg    Config
 	mirror *Mirror
@@ -359,20 +360,27 @@ func (f *Follower) baseline(ctx context.Context, rs *rankState, seq uint64, payl
 }
 
 func (f *Follower) setComplete(rs *rankState, ok bool) {
-	rs.complete.Store(ok)
+	was := rs.complete.Swap(ok)
 	v := 0.0
 	if ok {
 		v = 1
 	}
 	f.met.complete.WithLabelValues(rs.r).Set(v)
+	if was != ok && f.cfg.OnComplete != nil {
+		f.cfg.OnComplete(rs.rank, ok)
+	}
 }
 
-// reset drops the rank's mirror; its removals reach routers through the summary journal.
+// reset drops the rank's mirror; its removals reach routers through the summary journal. After
+// an engine restart (cause "restart") OnRestart is told, once the mirror is clear.
 func (f *Follower) reset(rs *rankState, cause string) {
 	f.met.resyncs.WithLabelValues(rs.r, cause).Inc()
 	f.mirror.Clear(rs.rank)
 	rs.have, rs.last, rs.dupFloor = false, 0, 0
 	f.setComplete(rs, false)
+	if cause == "restart" && f.cfg.OnRestart != nil {
+		f.cfg.OnRestart(rs.rank)
+	}
 }
 
 // applyBatch decodes and applies one batch, recording it as the last applied.

@@ -2,7 +2,10 @@ package kvevents
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,4 +186,94 @@ func TestFollowerEngineProcessRestart(t *testing.T) {
 	waitFor(t, "new engine mirrored, old cache dropped", func() bool {
 		return m.PeekMatchedTokens(b, bs, 0) == 8 && m.PeekMatchedTokens(a, bs, 0) == 0 && f.Complete()
 	})
+}
+
+// hookLog records the follower's OnRestart and OnComplete calls.
+type hookLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (h *hookLog) add(s string) {
+	h.mu.Lock()
+	h.calls = append(h.calls, s)
+	h.mu.Unlock()
+}
+
+func (h *hookLog) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.calls, " ")
+}
+
+// The hooks the node agent turns into gossip: OnComplete on every change of a rank's
+// completeness (a clean start, a gap that cannot be replayed, a clear), OnRestart only when the
+// engine restarted, called once the old cache is gone from the mirror.
+func TestFollowerHooks(t *testing.T) {
+	const bs = 4
+	port := freePorts(t, 1)
+	m := NewMirror(bs)
+	a, b, c := toks(1, 4), toks(20, 4), toks(40, 4)
+	var log hookLog
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true // no replay socket
+	cfg.OnComplete = func(rank int, ok bool) { log.add(fmt.Sprintf("complete(%d,%v)", rank, ok)) }
+	cfg.OnRestart = func(rank int) {
+		log.add(fmt.Sprintf("restart(%d,old=%d)", rank, m.PeekMatchedTokens(a, bs, 0)+m.PeekMatchedTokens(b, bs, 0)))
+	}
+	f, err := NewFollower(cfg, m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx)
+	defer f.Close()
+	waitFor(t, "listening", f.Connected)
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	if err := pub.Dial(cfg.Endpoint); err != nil {
+		t.Fatal(err)
+	}
+	e := NewEncoder(LayoutArray, HashInt)
+	send := func(seq uint64, evs []Event) {
+		var s8 [8]byte
+		putSeq(s8[:], seq)
+		if err := pub.SendMulti(zmq4.NewMsgFrom([]byte{}, s8[:], e.Encode(1, evs, 0))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A late start without replay is cold; the first clear makes it complete. Until the
+	// subscription takes, batches are lost: send until one lands.
+	var seq uint64 = 10
+	deadline := time.Now().Add(20 * time.Second)
+	for m.PeekMatchedTokens(a, bs, 0) != 4 {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing mirrored")
+		}
+		seq++
+		send(seq, []Event{{Kind: KindCleared}, {Kind: KindStored, Hashes: []uint64{7}, Tokens: a, BlockSize: bs}})
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, "complete after a clear", f.Complete)
+	// A gap that cannot be replayed: cold until the next clear.
+	seq += 5
+	send(seq, []Event{{Kind: KindStored, Hashes: []uint64{8}, Tokens: b, BlockSize: bs}})
+	waitFor(t, "cold after a gap", func() bool { return !f.Complete() && m.PeekMatchedTokens(b, bs, 0) == 4 })
+	seq++
+	send(seq, []Event{{Kind: KindCleared}})
+	waitFor(t, "complete after the clear", f.Complete)
+	if strings.Contains(log.String(), "restart") {
+		t.Fatalf("OnRestart without a restart: %s", &log)
+	}
+	// The engine restarts: its sequence starts over at 0.
+	send(0, []Event{{Kind: KindStored, Hashes: []uint64{9}, Tokens: c, BlockSize: bs}})
+	waitFor(t, "restart seen", func() bool { return strings.Contains(log.String(), "restart") && m.PeekMatchedTokens(c, bs, 0) == 4 })
+	want := "complete(0,true) complete(0,false) complete(0,true) complete(0,false) restart(0,old=0) complete(0,true)"
+	if got := log.String(); got != want {
+		t.Fatalf("hooks: %s; want %s", got, want)
+	}
+	if !f.Complete() {
+		t.Fatal("a restart at seq 0 is not complete")
+	}
 }

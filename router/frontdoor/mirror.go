@@ -46,6 +46,7 @@ func (m MirrorNodes) Nodes() []NodeTarget {
 			ID:                  n.Meta.NodeID,
 			Alive:               true,
 			Draining:            n.Meta.Draining,
+			Cold:                n.Meta.Cold,
 			Model:               n.Meta.Model,
 			QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
 			Running:             int(n.Load.Running),

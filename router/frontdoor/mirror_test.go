@@ -13,11 +13,11 @@ type fakeMirror []cluster.NodeStatus
 
 func (f fakeMirror) Nodes() []cluster.NodeStatus { return f }
 
-// MirrorNodes lists synced nodes with an engine URL, with their load and its age.
+// MirrorNodes lists synced nodes with an engine URL, with their load and its age and the cold flag.
 func TestMirrorNodes(t *testing.T) {
 	now := time.Unix(100, 0)
 	m := fakeMirror{
-		{Meta: cluster.Meta{NodeID: "a", EngineURL: "http://a", Model: "m", BlockSize: 16, KVCapacity: 99},
+		{Meta: cluster.Meta{NodeID: "a", EngineURL: "http://a", Model: "m", BlockSize: 16, KVCapacity: 99, Cold: true},
 			Load: cluster.Load{Running: 2, Waiting: 1, QueuedPrefillTokens: 300}, LoadRecv: now.Add(-time.Second), Synced: true},
 		{Meta: cluster.Meta{NodeID: "b", EngineURL: "http://b"}, Synced: false},
 		{Meta: cluster.Meta{NodeID: "c"}, Synced: true},
@@ -28,7 +28,7 @@ func TestMirrorNodes(t *testing.T) {
 	}
 	in := got[0].Info
 	if got[0].EngineURL != "http://a" || in.ID != "a" || !in.Alive || in.Model != "m" || in.BlockSize != 16 ||
-		in.Running != 2 || in.Waiting != 1 || in.QueuedPrefillTokens != 300 || in.CapacityBlocks != 99 || in.LoadAge != time.Second {
+		in.Running != 2 || in.Waiting != 1 || in.QueuedPrefillTokens != 300 || in.CapacityBlocks != 99 || in.LoadAge != time.Second || !in.Cold {
 		t.Fatalf("node %+v", got[0])
 	}
 }
