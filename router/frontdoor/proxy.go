@@ -106,6 +106,11 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			return
 		}
 		g.rawBody = rb
+		if g.tokens != nil {
+			// The prompt's ids are read only while the handler runs (parsing, routing:
+			// Picker.Pick does not keep them).
+			defer openai.ReleaseIDs(g.tokens)
+		}
 		lg.model, lg.stream = g.model, g.stream
 		if g.batch != nil {
 			lg.endpoint = "" // each prompt logs its own line
