@@ -65,7 +65,7 @@ func (rb *reqBody) release() {
 func (rb *reqBody) open() io.ReadCloser {
 	rb.refs.Add(1)
 	r := &bodyReader{rb: rb}
-	r.Reset(rb.b)
+	r.r.Reset(rb.b)
 	return r
 }
 
@@ -77,15 +77,32 @@ func (rb *reqBody) upstreamRequest(req *http.Request) {
 	req.GetBody = func() (io.ReadCloser, error) { return rb.open(), nil }
 }
 
+// bodyReader reads a reqBody. The Transport may close a request body from another goroutine
+// while its writer is still reading it, so Read and Close take mu: the buffer never goes back
+// to the pool during a Read, and a Read after Close sees the end. (No WriteTo: it would hold mu
+// across a blocking write, and net/http wraps the body in an io.LimitReader anyway.)
 type bodyReader struct {
-	bytes.Reader
+	mu     sync.Mutex // guards r and closed
+	r      bytes.Reader
 	rb     *reqBody
-	closed atomic.Bool
+	closed bool
+}
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, io.EOF
+	}
+	return r.r.Read(p)
 }
 
 func (r *bodyReader) Close() error {
-	if r.closed.CompareAndSwap(false, true) {
-		r.Reset(nil)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.closed = true
+		r.r.Reset(nil)
 		r.rb.release()
 	}
 	return nil

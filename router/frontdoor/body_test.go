@@ -48,3 +48,29 @@ func TestReqBodyClasses(t *testing.T) {
 		t.Fatal("a body shorter than its Content-Length was accepted")
 	}
 }
+
+// A Close from another goroutine during Reads (as the Transport may do) is safe under the race
+// detector, and Reads after it see the end.
+func TestReqBodyConcurrentClose(t *testing.T) {
+	rb := newReqBody(bytes.Repeat([]byte("y"), 1<<16))
+	rd := rb.open()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64)
+		for {
+			if _, err := rd.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	_ = rd.Close()
+	<-done
+	if n, err := rd.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after Close = %d, %v; want 0, EOF", n, err)
+	}
+	rb.release()
+	if rb.refs.Load() != 0 {
+		t.Fatalf("refs = %d after every holder let go", rb.refs.Load())
+	}
+}
