@@ -9,5 +9,6 @@
 // depth, which made a 20 KB body of nested arrays cost seconds of CPU. Errors are *Error values
 // with the HTTP status, OpenAI's code, the request field at fault (param) and a message written
 // in JSON's terms; WriteError writes them in OpenAI's envelope, with Retry-After on every 429
-// and 503.
+// and 503. The ids of a single token-id prompt come from pooled slices; a caller that is done
+// with them hands them back with ReleaseIDs (the front door does, per request).
 package openai

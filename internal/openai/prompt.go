@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"math/bits"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -122,9 +124,10 @@ func (p *promptParser) array(out *Prompt) error {
 	if end := bytes.IndexByte(rest, ']'); end >= 0 {
 		rest = rest[:end]
 	}
-	ids := make([]uint32, 0, 1+bytes.Count(rest, []byte{','}))
+	ids := newIDs(1 + bytes.Count(rest, []byte{','}))
 	ids, err := p.ids(ids, "prompt")
 	if err != nil {
+		ReleaseIDs(ids)
 		return err
 	}
 	out.Items = []PromptItem{{IDs: ids, Start: start, End: p.pos}}
@@ -411,4 +414,45 @@ func ParseIDs(raw []byte, param string) ([]uint32, error) {
 		return nil, invalidParam(param, "%s: unexpected %s after the value", param, p.kind())
 	}
 	return ids, nil
+}
+
+// Token-id slices of single-prompt requests come from pools, one per power-of-two capacity, for
+// callers that hand them back when done (ReleaseIDs: the front door, which would otherwise
+// allocate 32 KB per 8k-token request); a caller that never does only loses the reuse.
+const (
+	minPooledIDBits = 8  // 256 ids: 1 KiB
+	maxPooledIDBits = 17 // 128k ids: 512 KiB; longer prompts are allocated per request
+)
+
+var idPools [maxPooledIDBits - minPooledIDBits + 1]sync.Pool // of *[]uint32
+
+func idClass(n int) int {
+	c := max(bits.Len(uint(n-1)), minPooledIDBits) - minPooledIDBits
+	if c >= len(idPools) {
+		return -1
+	}
+	return c
+}
+
+// newIDs is an empty slice with room for n ids.
+func newIDs(n int) []uint32 {
+	c := idClass(n)
+	if c < 0 {
+		return make([]uint32, 0, n)
+	}
+	if p, _ := idPools[c].Get().(*[]uint32); p != nil {
+		return (*p)[:0]
+	}
+	return make([]uint32, 0, 1<<(c+minPooledIDBits))
+}
+
+// ReleaseIDs hands back the IDs of a parsed prompt item once nothing reads them any more: the
+// next parse may overwrite them. Slices not of a pooled capacity are left to the collector.
+func ReleaseIDs(ids []uint32) {
+	c := idClass(cap(ids))
+	if cap(ids) == 0 || c < 0 || cap(ids) != 1<<(c+minPooledIDBits) {
+		return
+	}
+	ids = ids[:0]
+	idPools[c].Put(&ids)
 }

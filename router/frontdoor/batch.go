@@ -29,7 +29,7 @@ const maxBatchFanout = 16
 // batchItem is one prompt of a batch, as its own request.
 type batchItem struct {
 	g    *genRequest
-	body []byte
+	body *reqBody // not pooled: the handler's reference is never released
 }
 
 func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string, body []byte, g *genRequest, start time.Time) {
@@ -49,7 +49,7 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string,
 		}
 		sub := *g
 		sub.batch, sub.text, sub.tokens = nil, it.Text, it.IDs
-		items[i] = batchItem{g: &sub, body: b}
+		items[i] = batchItem{g: &sub, body: newReqBody(b)}
 	}
 	n := 1
 	if g.n > 1 {

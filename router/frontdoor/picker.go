@@ -21,7 +21,7 @@ type Picker interface {
 
 // PickRequest is what routing needs to know about a request.
 type PickRequest struct {
-	Tokens     []uint32 // the prompt's token ids, as the engine will see them
+	Tokens     []uint32 // the prompt's token ids, as the engine will see them; not kept after Pick returns
 	AdapterID  uint64   // 0 = base model
 	Model      string   // the base model ("" = any node)
 	SessionKey uint64   // 0 = none

@@ -79,7 +79,7 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		s.met.inflight.Inc()
 		defer s.met.inflight.Dec()
 
-		body, err := s.readBodyTimed(w, r)
+		rb, err := s.readGenBody(w, r)
 		if err != nil {
 			lg.err = err.Error()
 			var mb *http.MaxBytesError
@@ -98,10 +98,18 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			}
 			return
 		}
+		defer rb.release()
+		body := rb.b
 		g, err := parseGen(body, chat, r.Header)
 		if err != nil {
 			s.writeErr(w, err, &lg)
 			return
+		}
+		g.rawBody = rb
+		if g.tokens != nil {
+			// The prompt's ids are read only while the handler runs (parsing, routing:
+			// Picker.Pick does not keep them).
+			defer openai.ReleaseIDs(g.tokens)
 		}
 		lg.model, lg.stream = g.model, g.stream
 		if g.batch != nil {
@@ -109,12 +117,12 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			s.serveBatch(w, r, path, body, g, start)
 			return
 		}
-		s.route(w, r, path, body, g, start, &lg)
+		s.route(w, r, path, rb, g, start, &lg)
 	})
 }
 
 // route tokenises a single-prompt request, picks its node and proxies it.
-func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body []byte, g *genRequest, start time.Time, lg *reqLog) {
+func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body *reqBody, g *genRequest, start time.Time, lg *reqLog) {
 	base, adapter, err := resolveModel(s.picker.Models(), g.model, derefU64(g.adapterField), g.adapterField != nil)
 	if err != nil {
 		s.writeErr(w, err, lg)
@@ -136,6 +144,17 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 	lg.promptTokens = len(toks)
 	preq := &PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.session}
 	s.proxy(w, r, path, body, preq, g.stream, start, lg)
+}
+
+// readGenBody is readBodyTimed into a pooled buffer (body.go); the caller releases it.
+func (s *Server) readGenBody(w http.ResponseWriter, r *http.Request) (*reqBody, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	rb, err := readBodyPooled(w, r, s.cfg.MaxBodyBytes)
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return rb, err
 }
 
 // readBodyTimed reads the body under Config.BodyTimeout, then lifts the deadline again (the
@@ -216,8 +235,12 @@ const (
 // proxy routes and forwards one request, retrying once on the next-best node when the first
 // attempt fails before any byte reached the client: a connect error, no response headers within
 // the first-byte deadline (streams), a 429 or a 5xx.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body []byte, preq *PickRequest, stream bool, start time.Time, lg *reqLog) {
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body *reqBody, preq *PickRequest, stream bool, start time.Time, lg *reqLog) {
 	ctx := r.Context()
+	// One copy buffer for the request: the first bytes of a stream are read into it, and the
+	// relay goes on with it.
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
 	var exclude []string
 	var last *failure
 	cause := ""
@@ -255,7 +278,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			// The first byte of the body, under the same deadline: an engine may send its
 			// headers at once and stall after (vLLM starts its stream before the engine core
 			// answers), and until a byte has been relayed the request can still go elsewhere.
-			if first, err = readFirst(resp.Body); err != nil {
+			if first, err = readFirst(resp.Body, (*bp)[:firstReadBytes]); err != nil {
 				resp.Body.Close()
 				err = fmt.Errorf("node %s: before the first byte: %w", pk.NodeID, err)
 			}
@@ -305,7 +328,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			continue
 		}
 		s.health.ReportSuccess(pk.NodeID)
-		s.respond(w, resp, first, pk, at, start, lg)
+		s.respond(w, resp, first, *bp, pk, at, start, lg)
 		at.end()
 		return
 	}
@@ -315,10 +338,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 // firstReadBytes is the most readFirst takes: one SSE event is a few hundred bytes.
 const firstReadBytes = 4 << 10
 
-// readFirst reads the first bytes of an upstream body (an EOF after some is fine: the body is
-// that short).
-func readFirst(body io.Reader) ([]byte, error) {
-	buf := make([]byte, firstReadBytes)
+// readFirst reads the first bytes of an upstream body into buf (an EOF after some is fine: the
+// body is that short).
+func readFirst(body io.Reader, buf []byte) ([]byte, error) {
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
@@ -334,11 +356,12 @@ func readFirst(body io.Reader) ([]byte, error) {
 }
 
 // send forwards the original body to the chosen engine.
-func (s *Server) send(ctx context.Context, pk Pick, path string, body []byte, h http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pk.EngineURL+path, bytes.NewReader(body))
+func (s *Server) send(ctx context.Context, pk Pick, path string, body *reqBody, h http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pk.EngineURL+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
 	}
+	body.upstreamRequest(req)
 	for _, k := range forwardHeaders {
 		if v := h.Values(k); len(v) > 0 {
 			req.Header[k] = v
@@ -357,7 +380,7 @@ func (s *Server) send(ctx context.Context, pk Pick, path string, body []byte, h 
 // respond relays an upstream answer (any status below 500 but 429) to the client and records
 // the outcome. A stream that goes quiet for StreamIdleTimeout is cut; a stream cut by the
 // engine, a deadline or the drain ends with an SSE error event and a WARN line.
-func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first []byte, pk Pick, at *attempt, start time.Time, lg *reqLog) {
+func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf []byte, pk Pick, at *attempt, start time.Time, lg *reqLog) {
 	// The engine's Content-Type, not the request's stream flag, decides how to relay: an engine
 	// may answer an error as JSON to a streaming request.
 	defer resp.Body.Close()
@@ -383,11 +406,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first []byt
 	}
 	obs := newObserver(isSSE, start, cached, pk.FirstToken)
 	idle := at.watchdog(s.cfg.StreamIdleTimeout, errIdleTimeout)
-	var src io.Reader = resp.Body
-	if len(first) > 0 {
-		src = io.MultiReader(bytes.NewReader(first), resp.Body)
-	}
-	rerr := relay(w, src, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
+	rerr := relay(w, resp.Body, first, buf, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
 	ttft := obs.ttft
 	if !isSSE {
 		ttft = headerAt

@@ -45,8 +45,9 @@ type genRequest struct {
 	batch []openai.PromptItem
 	n     int // the request's n (choices per prompt), 0 when not given
 
-	adapterField *uint64 // the body's adapter_id, if any
-	raw          []byte  // the whole body: chat templates read every field (tokenize.go)
+	adapterField *uint64  // the body's adapter_id, if any
+	raw          []byte   // the whole body: chat templates read every field (tokenize.go)
+	rawBody      *reqBody // raw as re-sendable, for the engine tokenizer; nil until set
 }
 
 // parseGen decodes and validates a generation body with the parser the engine uses

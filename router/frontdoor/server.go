@@ -114,7 +114,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 func newTransport(cfg *Config) *http.Transport {
 	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		DialContext:         d.DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return copyConn{c}, nil
+		},
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:     90 * time.Second,
 		TLSClientConfig:     cfg.UpstreamTLS,

@@ -158,27 +158,36 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufBytes); re
 // errClientGone marks a relay that stopped because writing to the client failed.
 var errClientGone = errors.New("client went away")
 
-// relay copies body to w as it arrives, flushing after every read when streaming, and shows every
-// piece to o; onRead (the idle watchdog's reset) is called after every read that returned bytes.
-// It returns errClientGone when the client stopped reading, the upstream's read error when the
-// upstream broke off, and nil at the upstream's clean end.
-func relay(w http.ResponseWriter, body io.Reader, o *observer, onRead func()) error {
+// relay copies first (bytes already read from body, in buf or not) and then body to w as it
+// arrives through buf, flushing after every read when streaming, and shows every piece to o;
+// onRead (the idle watchdog's reset) is called after every read that returned bytes. It returns
+// errClientGone when the client stopped reading, the upstream's read error when the upstream
+// broke off, and nil at the upstream's clean end.
+func relay(w http.ResponseWriter, body io.Reader, first, buf []byte, o *observer, onRead func()) error {
 	rc := http.NewResponseController(w)
-	bp := relayBufs.Get().(*[]byte)
-	defer relayBufs.Put(bp)
-	buf := *bp
+	put := func(p []byte) error {
+		onRead()
+		o.write(p)
+		if _, werr := w.Write(p); werr != nil {
+			return errClientGone
+		}
+		if o.stream {
+			if ferr := rc.Flush(); ferr != nil {
+				return errClientGone
+			}
+		}
+		return nil
+	}
+	if len(first) > 0 {
+		if err := put(first); err != nil {
+			return err
+		}
+	}
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			onRead()
-			o.write(buf[:n])
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return errClientGone
-			}
-			if o.stream {
-				if ferr := rc.Flush(); ferr != nil {
-					return errClientGone
-				}
+			if perr := put(buf[:n]); perr != nil {
+				return perr
 			}
 		}
 		if errors.Is(err, io.EOF) {

@@ -52,3 +52,23 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("after an oversized line: done %v, line %d bytes", o.done, len(o.line))
 	}
 }
+
+// hasOutput's quick path and its decoding agree on the chunks engines send.
+func TestHasOutput(t *testing.T) {
+	for _, c := range []struct {
+		chunk string
+		want  bool
+	}{
+		{`{"id":"c","choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null}]}`, true},
+		{`{"id":"c","choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":3}}`, false},
+		{`{"id":"c","choices":[{"index":0, "text": "spaced"}]}`, true},
+		{`{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, false},
+		{`{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}`, true},
+		{`{"id":"c","choices":[{"text":""}],"note":"\"text\":\"y"}`, false},
+		{`{"id":"c","choices":[]}`, false},
+	} {
+		if got := hasOutput([]byte(c.chunk)); got != c.want {
+			t.Errorf("hasOutput(%s) = %v, want %v", c.chunk, got, c.want)
+		}
+	}
+}

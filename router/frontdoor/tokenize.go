@@ -79,17 +79,19 @@ func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model strin
 	if !g.chat && g.tokens != nil {
 		return g.tokens, nil
 	}
-	var body []byte
-	var err error
-	if g.chat {
+	var body *reqBody
+	if g.chat && g.rawBody != nil {
 		// The whole chat body: tools, chat_template_kwargs, add_generation_prompt … all change
 		// the prompt, and vLLM's and SGLang's /tokenize take them.
-		body = g.raw
+		body = g.rawBody
+	} else if g.chat {
+		body = newReqBody(g.raw)
 	} else {
-		body, err = json.Marshal(map[string]any{"model": g.model, "prompt": g.text})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tokenize: encode request: %w", err)
+		b, err := json.Marshal(map[string]any{"model": g.model, "prompt": g.text})
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: encode request: %w", err)
+		}
+		body = newReqBody(b)
 	}
 	tried := 0
 	var last error = ErrNoNodes
@@ -118,13 +120,14 @@ func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model strin
 // takes milliseconds; a node that does not answer in 10 s is hung, and the next node is tried.
 const engineTokenizeTimeout = 10 * time.Second
 
-func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body []byte) ([]uint32, error) {
+func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body *reqBody) ([]uint32, error) {
 	ctx, cancel := context.WithTimeout(ctx, engineTokenizeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engineURL+"/tokenize", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engineURL+"/tokenize", nil)
 	if err != nil {
 		return nil, err
 	}
+	body.upstreamRequest(req)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.client.Do(req)
 	if err != nil {
