@@ -149,21 +149,31 @@ func bytesKey(b []byte) uint64 {
 	return binary.BigEndian.Uint64(k[:])
 }
 
-func (d *Decoder) readHashes(ev *Event) error {
+// eventListLen opens a list field of an event and returns its length. A value that is not a
+// list marks the event bad and is skipped (ok false); a list longer than max fails the batch with
+// ErrTooBig naming what, before anything of it is read.
+func (d *Decoder) eventListLen(ev *Event, max int, what string) (n int, ok bool, err error) {
 	c, err := d.dec.PeekCode()
 	if err != nil {
-		return err
+		return 0, false, err
 	}
 	if !isArray(c) {
 		ev.bad = true
-		return d.skip()
+		return 0, false, d.skip()
 	}
-	n, err := d.dec.DecodeArrayLen()
-	if err != nil {
+	if n, err = d.dec.DecodeArrayLen(); err != nil {
+		return 0, false, err
+	}
+	if n > max {
+		return 0, false, fmt.Errorf("%w: %d %s (max %d)", ErrTooBig, n, what, max)
+	}
+	return n, true, nil
+}
+
+func (d *Decoder) readHashes(ev *Event) error {
+	n, ok, err := d.eventListLen(ev, MaxBlocksPerEvent, "block hashes")
+	if !ok || err != nil {
 		return err
-	}
-	if n > MaxBlocksPerEvent {
-		return fmt.Errorf("%w: %d block hashes (max %d)", ErrTooBig, n, MaxBlocksPerEvent)
 	}
 	for i := 0; i < n; i++ {
 		h, ok, err := d.readHash()
@@ -180,20 +190,9 @@ func (d *Decoder) readHashes(ev *Event) error {
 }
 
 func (d *Decoder) readTokens(ev *Event) error {
-	c, err := d.dec.PeekCode()
-	if err != nil {
+	n, ok, err := d.eventListLen(ev, MaxTokensPerEvent, "tokens")
+	if !ok || err != nil {
 		return err
-	}
-	if !isArray(c) {
-		ev.bad = true
-		return d.skip()
-	}
-	n, err := d.dec.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if n > MaxTokensPerEvent {
-		return fmt.Errorf("%w: %d tokens (max %d)", ErrTooBig, n, MaxTokensPerEvent)
 	}
 	if n > d.r.Len() { // every token takes at least one byte
 		return fmt.Errorf("%d tokens past the end", n)
@@ -268,16 +267,9 @@ func (d *Decoder) readExtraKeys(ev *Event) error {
 	if c == msgpcode.Nil {
 		return d.dec.DecodeNil()
 	}
-	if !isArray(c) {
-		ev.bad = true
-		return d.skip()
-	}
-	n, err := d.dec.DecodeArrayLen()
-	if err != nil {
+	n, ok, err := d.eventListLen(ev, MaxBlocksPerEvent, "extra keys")
+	if !ok || err != nil {
 		return err
-	}
-	if n > MaxBlocksPerEvent {
-		return fmt.Errorf("%w: %d extra keys (max %d)", ErrTooBig, n, MaxBlocksPerEvent)
 	}
 	for i := 0; i < n; i++ {
 		c, err := d.dec.PeekCode()
