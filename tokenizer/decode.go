@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -179,23 +178,11 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		}
 		return metaspaceDec{p.Replacement, p.PrependScheme == nil || *p.PrependScheme != "never"}, nil
 	case "Sequence":
-		var p struct {
-			Decoders []json.RawMessage `json:"decoders"`
-		}
-		if err := json.Unmarshal(raw, &p); err != nil {
+		q, err := parseSequence(raw, "decoders", parseDecoder)
+		if err != nil {
 			return nil, err
 		}
-		var q decSeq
-		for i, c := range p.Decoders {
-			d, err := parseDecoder(c)
-			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
-			}
-			if d != nil {
-				q = append(q, d)
-			}
-		}
-		return q, nil
+		return decSeq(q), nil
 	}
 	return nil, unsupported("decoder %q", typ)
 }

@@ -22,6 +22,32 @@ func unsupported(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(format, a...))
 }
 
+// parseSequence reads the members of a "Sequence" component, listed under key, with parse,
+// naming the member at fault; members that parse to nothing (nil) are left out.
+func parseSequence[T comparable](raw json.RawMessage, key string, parse func(json.RawMessage) (T, error)) ([]T, error) {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, err
+	}
+	var members []json.RawMessage
+	if m, ok := p[key]; ok {
+		if err := json.Unmarshal(m, &members); err != nil {
+			return nil, err
+		}
+	}
+	var out, zero = []T(nil), *new(T)
+	for i, c := range members {
+		m, err := parse(c)
+		if err != nil {
+			return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
+		}
+		if m != zero {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // fileJSON is tokenizer.json; components stay raw until their "type" is known.
 type fileJSON struct {
 	Version       string            `json:"version"`

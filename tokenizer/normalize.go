@@ -98,26 +98,14 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return r, nil
 	case "Sequence":
-		var p struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(raw, &p); err != nil {
+		q, err := parseSequence(raw, "normalizers", parseNormalizer)
+		if err != nil {
 			return nil, err
-		}
-		var q normSeq
-		for i, c := range p.Normalizers {
-			n, err := parseNormalizer(c)
-			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
-			}
-			if n != nil {
-				q = append(q, n)
-			}
 		}
 		if len(q) == 0 {
 			return nil, nil
 		}
-		return q, nil
+		return normSeq(q), nil
 	}
 	return nil, unsupported("normalizer %q", typ)
 }
