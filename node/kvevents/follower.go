@@ -352,9 +352,9 @@ func (f *Follower) baseline(ctx context.Context, rs *rankState, seq uint64, payl
 	}
 	// Joined late and replay cannot reach the first batch: what the engine cached before is
 	// unknown, so estimates are a lower bound until a clean baseline.
-	f.met.resyncs.WithLabelValues(rs.r, "start").Inc()
 	f.mirror.Clear(rs.rank)
 	f.setComplete(rs, false)
+	f.met.resyncs.WithLabelValues(rs.r, "start").Inc() // counted once the rank reads incomplete
 	rs.have, rs.last, rs.dupFloor = true, seq, seq
 	f.applyBatch(rs, seq, payload)
 }
@@ -374,10 +374,11 @@ func (f *Follower) setComplete(rs *rankState, ok bool) {
 // reset drops the rank's mirror; its removals reach routers through the summary journal. After
 // an engine restart (cause "restart") OnRestart is told, once the mirror is clear.
 func (f *Follower) reset(rs *rankState, cause string) {
-	f.met.resyncs.WithLabelValues(rs.r, cause).Inc()
 	f.mirror.Clear(rs.rank)
 	rs.have, rs.last, rs.dupFloor = false, 0, 0
 	f.setComplete(rs, false)
+	// Counted after the rank reads incomplete, so whoever sees the resync sees it cold too.
+	f.met.resyncs.WithLabelValues(rs.r, cause).Inc()
 	if cause == "restart" && f.cfg.OnRestart != nil {
 		f.cfg.OnRestart(rs.rank)
 	}
