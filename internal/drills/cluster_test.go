@@ -52,6 +52,7 @@ type cluster struct {
 	// firstByteFlags set the router's first-byte deadline; nil when it has none.
 	firstByteFlags []string
 	killedAt       time.Time // when the kill drill killed its node
+	downPorts      portHold  // the killed node's ports, held until it restarts on them
 }
 
 // routerFirstByteArgs reads `serve --help` of the router binary for its first-byte deadline flags.

@@ -140,6 +140,8 @@ func drillKillNode(t *testing.T, c *cluster, ld *load, figs *figures, victim str
 	c.killedAt = t0
 	c.signal(p, syscall.SIGKILL)
 	_ = c.waitExit(p, exitWait)
+	// Its gossip port at once: a held port answers no probe, as the dead process did not.
+	c.downPorts.hold(t, p.addrs["gossip"], true)
 	// Ejected: every router stops routing to it, by passive health (its connections fail) or
 	// by gossip (it is declared dead), whichever comes first.
 	for _, i := range c.liveRouters() {
@@ -187,9 +189,14 @@ func drillRestart(t *testing.T, c *cluster, ld *load, figs *figures, victim stri
 	}
 	// The same addresses (a container restarting in place): a router whose repair connection to
 	// the old process sat in gRPC's reconnect backoff would leave it out of routing for minutes.
+	// Its gRPC and HTTP ports too, now that every router has ejected it (held earlier, they
+	// would accept the connections a dead node refuses and change what the kill drill measures).
+	c.downPorts.hold(t, old.addrs["grpc"], false)
+	c.downPorts.hold(t, old.addrs["http"], false)
 	if d := time.Until(c.killedAt.Add(outage)); d > 0 {
 		time.Sleep(d) // the outage itself, not a wait for a condition
 	}
+	c.downPorts.release()
 	p := c.startNode(victim, old.addrs)
 	back := time.Now() // listening, its first summary published
 	var routed time.Duration
@@ -496,6 +503,8 @@ func drillWrongKey(t *testing.T, c *cluster, figs *figures) {
 		refused, said.Round(10*time.Millisecond), truncate(reason, 90)), "refused, and the node says so")
 	c.signal(p, syscall.SIGKILL)
 	_ = c.waitExit(p, exitWait)
+	// Its gossip port at once: a held port answers no probe, as the dead process did not.
+	c.downPorts.hold(t, p.addrs["gossip"], true)
 }
 
 func truncate(s string, n int) string {
