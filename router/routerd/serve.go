@@ -100,6 +100,22 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	undo = append(undo, func() { _ = httpLis.Close() })
+	var metricsLis net.Listener
+	if cfg.MetricsListen != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			return fmt.Errorf("metrics listen: %w", err)
+		}
+		undo = append(undo, func() { _ = metricsLis.Close() })
+	}
+	var plaintext string
+	if cfg.plaintextGRPC() {
+		plaintext = "gRPC (pin writes, Raft proposals) serves without TLS on " + grpcLis.Addr().String()
+		logger.Warn("plaintext gRPC on a non-loopback address (--insecure-grpc): anyone who reaches it can change pins", "grpc", grpcLis.Addr().String())
+		plaintextGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "prefixmesh_router_grpc_plaintext",
+			Help: "1 when gRPC serves without TLS on a non-loopback address (--insecure-grpc)."})
+		plaintextGauge.Set(1)
+		reg.MustRegister(plaintextGauge)
+	}
 	grpcAddr := cfg.GRPCAdvertise
 	if grpcAddr == "" {
 		// Peers dial this address: a wildcard bind (":7070", as in Kubernetes) is announced with
@@ -187,7 +203,11 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	var ready atomic.Bool
 	var gossipOK gossipHealth
-	httpSrv := httpServer(ctx, fd, reg, &ready, gossipOK.notServing, logger)
+	httpSrv := httpServer(ctx, fd, reg, metricsLis == nil, &ready, gossipOK.notServing, plaintext, logger)
+	var metricsSrv *http.Server
+	if metricsLis != nil {
+		metricsSrv = metricsServer(reg)
+	}
 
 	// 6. Join, start the pin store once its bootstrap peers are known, serve.
 	if err := agent.Start(ctx); err != nil {
@@ -198,9 +218,15 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	undo = append(undo, sharer.Close)
 	fd.start(ctx)
 	undo = append(undo, func() { _ = fd.Shutdown(context.Background()) })
-	served := make(chan error, 2)
+	served := make(chan error, 3)
 	go func() { served <- serveErr("http", serveHTTP(httpSrv, httpLis)) }()
 	undo = append(undo, func() { _ = httpSrv.Close(); <-served })
+	pending := 2 // servers whose exit the drain waits for
+	if metricsSrv != nil {
+		go func() { served <- serveErr("metrics", metricsSrv.Serve(metricsLis)) }()
+		undo = append(undo, func() { _ = metricsSrv.Close(); <-served })
+		pending++
+	}
 	// Issue 15: health follows gossip from here on (a router stuck waiting for pin store peers
 	// says why on /healthz); SERVING once synced (step 7), and only while gossip is not isolated.
 	waitCtx, stopWait := context.WithCancel(ctx)
@@ -215,6 +241,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	// Listening: gRPC calls that arrive before Serve (below) wait in the listen backlog.
 	addrs := []string{"grpc=" + grpcLis.Addr().String(), "http=" + httpLis.Addr().String(), "gossip=" + agent.GossipAddr(), "raft=" + raftAddr}
+	if metricsLis != nil {
+		addrs = append(addrs, "metrics="+metricsLis.Addr().String())
+	}
 	if cfg.AddrFile != "" {
 		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
 			logger.Error("write addr file", "err", err)
@@ -243,7 +272,6 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	})
 
 	var runErr error
-	pending := 2
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down", "drain_timeout", cfg.DrainTimeout)
@@ -270,7 +298,11 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err := plane.shutdown(drainCtx); err != nil { // the leader hands over first
 		logger.Warn("pin store shutdown", "err", err)
 	}
-	shutdown.Servers(drainCtx, logger, grpcSrv, httpSrv)
+	httpSrvs := []*http.Server{httpSrv}
+	if metricsSrv != nil {
+		httpSrvs = append(httpSrvs, metricsSrv)
+	}
+	shutdown.Servers(drainCtx, logger, grpcSrv, httpSrvs...)
 	for ; pending > 0; pending-- {
 		if err := <-served; err != nil && runErr == nil {
 			runErr = err
