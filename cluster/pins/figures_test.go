@@ -16,7 +16,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-// TestFigures prints the figures of DESIGN.md §9 for Raft: pin write latency with 3 voters on
+// TestFigures prints the Raft figures: pin write latency with 3 voters on
 // loopback (on the leader and forwarded from a follower) and the time from killing the leader to
 // the next successful write, over repeated trials. Run with -pins.figures -v (without -race).
 func TestFigures(t *testing.T) {

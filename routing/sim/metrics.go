@@ -20,7 +20,7 @@ type Result struct {
 	EstimateExactShare float64 `json:"estimate_exact_share"` // estimate for the chosen node == actual match
 	EstimateMAETokens  float64 `json:"estimate_mae_tokens"`  // mean |estimate − actual|
 
-	// Many routers (DESIGN.md §10): how many, whether they shared, and what the wire cost.
+	// Many routers (routing/POLICIES.md, "Many routers"): how many, whether they shared, and what the wire cost.
 	Routers                      int     `json:"routers"`
 	Sharing                      bool    `json:"sharing"`
 	ShareBytesPerRouterPerSec    float64 `json:"share_bytes_per_router_per_s"`     // router → routers
