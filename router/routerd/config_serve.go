@@ -43,7 +43,7 @@ type ServeConfig struct {
 	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
 	// Policy is the routing policy of both the front door and Route: prefixmesh, the expected
-	// time to first token under a bounded-load guard (DESIGN.md §6).
+	// time to first token under a bounded-load guard (routing/POLICIES.md).
 	Policy string
 	// LoadFactor is the bounded-load guard's c: 1.25, routing.DefaultPolicyConfig's (Mirrokni
 	// et al. 2016).

@@ -17,7 +17,7 @@ import (
 // few seconds, and the read is a map walk.
 const gossipHealthPoll = 250 * time.Millisecond
 
-// gossipHealth carries the gossip agent's health into grpc.health.v1 and /healthz (issue 15): a
+// gossipHealth carries the gossip agent's health into grpc.health.v1 and /healthz: a
 // router given seeds that knows no other member (wrong key or label, seeds down, or every peer
 // lost) sees no node, so it reports NOT_SERVING with the reason rather than 200 with nothing to
 // route to.

@@ -66,7 +66,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// Run is the router's life (STYLE.md §4): build in dependency order, health NOT_SERVING until
+// Run is the router's life: build in dependency order, health NOT_SERVING until
 // the mirror has synced every node it knows, serve, and on ctx's end drain in reverse within
 // DrainTimeout: NOT_SERVING, the front door finishes its streams, the pin plane stops
 // reconciling, the router leaves gossip, the Raft leader hands over, the servers stop.
@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conns, err := connstats.New(reg) // issue 15: garbage connections counted, not logged
+	conns, err := connstats.New(reg) // garbage connections counted, not logged
 	if err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		undo = append(undo, func() { _ = metricsSrv.Close(); <-served })
 		pending++
 	}
-	// Issue 15: health follows gossip from here on (a router stuck waiting for pin store peers
+	// Health follows gossip from here on (a router stuck waiting for pin store peers
 	// says why on /healthz); SERVING once synced (step 7), and only while gossip is not isolated.
 	waitCtx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
