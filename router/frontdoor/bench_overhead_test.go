@@ -18,6 +18,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/routing"
+	"github.com/prefixmesh/prefixmesh/routing/sim"
 )
 
 // Realistic upstream for the overhead benchmark: it reads the body, waits a fixed TTFT, then
@@ -165,13 +166,11 @@ func reportPair(b *testing.B, direct, via []time.Duration) {
 	b.ReportMetric(0, "ns/op")
 }
 
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
+// percentile is sim.Percentile of unsorted latencies.
+func percentile(d []time.Duration, p float64) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
+	return sim.Percentile(s, p)
 }
 
 // paced sends b.N×2 requests (at least 2,000) at rate req/s in total from at most workers
