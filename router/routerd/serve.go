@@ -202,8 +202,8 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 	var ready atomic.Bool
-	var gossipOK gossipHealth
-	httpSrv := httpServer(ctx, fd, reg, metricsLis == nil, &ready, gossipOK.notServing, plaintext, logger)
+	state := &servingState{h: healthSrv, ready: &ready, agent: agent, logger: logger}
+	httpSrv := httpServer(ctx, fd, reg, metricsLis == nil, &ready, state.gate.NotServing, plaintext, logger)
 	var metricsSrv *http.Server
 	if metricsLis != nil {
 		metricsSrv = metricsServer(reg)
@@ -231,10 +231,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	// says why on /healthz); SERVING once synced (step 7), and only while gossip is not isolated.
 	waitCtx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
-	syncedCh := make(chan struct{})
 	var waiters sync.WaitGroup
-	waiters.Go(func() { gossipOK.follow(waitCtx, agent, syncedCh, healthSrv, &ready, logger) })
-	undo = append(undo, func() { stopWait(); waiters.Wait() })
+	waitGossip := state.follow(waitCtx)
+	undo = append(undo, func() { stopWait(); waitGossip(); waiters.Wait() })
 	raftAddr := plane.raftAddr
 	if raftAddr == "" {
 		raftAddr = "-"
@@ -267,7 +266,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	waiters.Go(func() {
 		awaitSync(waitCtx, cfg, agent, logger)
 		if waitCtx.Err() == nil {
-			close(syncedCh)
+			state.markSynced()
 		}
 	})
 
@@ -282,6 +281,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 
 	// 8. Drain in reverse, all within DrainTimeout.
 	stopWait()
+	waitGossip()
 	waiters.Wait()
 	ready.Store(false)
 	healthSrv.Shutdown() // NOT_SERVING, and health Watch streams end
