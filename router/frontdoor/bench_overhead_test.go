@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -131,26 +132,76 @@ func BenchmarkOverhead(b *testing.B) {
 			reportPair(b, direct, via)
 		})
 		b.Run("paced1k/"+kind.name, func(b *testing.B) {
-			direct, via := paced(b, 1000, 64, func(i int) (time.Duration, bool) {
-				if i%2 == 0 {
-					return post(up.URL, kind.body), false
-				}
-				return post(front.URL, kind.body), true
-			})
-			reportPair(b, direct, via)
+			// overheadRounds rounds, each its own paced run with direct and front-door requests
+			// alternating: the spread of the added p50 over rounds says how much is the machine.
+			var added50, added99 []time.Duration
+			var allDirect, allVia []time.Duration
+			for range overheadRounds {
+				direct, via := paced(b, 1000, 64, func(i int) (time.Duration, bool) {
+					if i%2 == 0 {
+						return post(up.URL, kind.body), false
+					}
+					return post(front.URL, kind.body), true
+				})
+				added50 = append(added50, percentile(via, 50)-percentile(direct, 50))
+				added99 = append(added99, percentile(via, 99)-percentile(direct, 99))
+				allDirect, allVia = append(allDirect, direct...), append(allVia, via...)
+			}
+			reportPair(b, allDirect, allVia)
+			reportSpread(b, "added-p50-µs", added50)
+			reportSpread(b, "added-p99-µs", added99)
 		})
 		b.Run("c64/"+kind.name, func(b *testing.B) {
-			n := max(b.N, 64)
-			cpuDirect, _ := closedLoop(n, 64, func() { post(up.URL, kind.body) })
-			cpuVia, wall := closedLoop(n, 64, func() { post(front.URL, kind.body) })
-			added := (cpuVia - cpuDirect) / time.Duration(n)
-			b.ReportMetric(float64(n)/wall.Seconds(), "fd-req/s")
-			b.ReportMetric(float64(added.Microseconds()), "fd-cpu-µs/req")
-			if added > 0 {
-				b.ReportMetric(float64(time.Second)/float64(added), "routed-req/s/core")
+			// Rounds of 64 clients as fast as they go, direct then through the front door: the
+			// process CPU, allocations and bytes per request beyond the direct round's, per round.
+			n := max(b.N/overheadRounds, 64)
+			var cpu, allocs, kb []time.Duration
+			var reqs, wall float64
+			for range overheadRounds {
+				d := closedLoop(n, 64, func() { post(up.URL, kind.body) })
+				v := closedLoop(n, 64, func() { post(front.URL, kind.body) })
+				cpu = append(cpu, (v.cpu-d.cpu)/time.Duration(n))
+				allocs = append(allocs, time.Duration((int64(v.mallocs)-int64(d.mallocs))/int64(n)))
+				kb = append(kb, time.Duration((int64(v.bytes)-int64(d.bytes))/int64(n)/1000))
+				reqs += float64(n)
+				wall += v.wall.Seconds()
 			}
+			b.ReportMetric(reqs/wall, "fd-req/s")
+			reportSpread(b, "fd-cpu-µs/req", cpu)
+			slices.Sort(cpu)
+			if med := cpu[len(cpu)/2]; med > 0 {
+				b.ReportMetric(float64(time.Second)/float64(med), "routed-req/s/core")
+			}
+			reportCount(b, "fd-allocs/req", allocs)
+			reportCount(b, "fd-KB/req", kb)
+			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// overheadRounds is how many alternating rounds the paced and closed-loop cases run: enough for
+// a median and a range that show how much of a figure is the machine.
+const overheadRounds = 5
+
+// reportSpread reports the median, min and max of durations, in µs.
+func reportSpread(b *testing.B, name string, ds []time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	unit := strings.TrimSuffix(name, "-µs/req")
+	unit = strings.TrimSuffix(unit, "-µs")
+	suffix := strings.TrimPrefix(name, unit)
+	b.ReportMetric(float64(s[len(s)/2].Microseconds()), unit+"-med"+suffix)
+	b.ReportMetric(float64(s[0].Microseconds()), unit+"-min"+suffix)
+	b.ReportMetric(float64(s[len(s)-1].Microseconds()), unit+"-max"+suffix)
+}
+
+// reportCount reports the median, min and max of counts carried in durations' integer values.
+func reportCount(b *testing.B, name string, cs []time.Duration) {
+	s := slices.Clone(cs)
+	slices.Sort(s)
+	b.ReportMetric(float64(s[len(s)/2]), name+"-med")
+	b.ReportMetric(float64(s[0]), name+"-min")
+	b.ReportMetric(float64(s[len(s)-1]), name+"-max")
 }
 
 // reportPair reports both runs' p50/p99 and the front door's additions.
@@ -206,14 +257,22 @@ func paced(b *testing.B, rate, workers int, f func(i int) (time.Duration, bool))
 	return direct, via
 }
 
-// closedLoop runs f n times from workers goroutines and returns the process CPU time and the wall
-// time it took.
-func closedLoop(n, workers int, f func()) (cpu, wall time.Duration) {
+// loopCost is what a closed-loop run cost the process: CPU time, wall time, heap allocations
+// and bytes allocated.
+type loopCost struct {
+	cpu, wall      time.Duration
+	mallocs, bytes uint64
+}
+
+// closedLoop runs f n times from workers goroutines and returns what it cost the process.
+func closedLoop(n, workers int, f func()) loopCost {
 	next := make(chan struct{}, n)
 	for range n {
 		next <- struct{}{}
 	}
 	close(next)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	c0 := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -227,7 +286,10 @@ func closedLoop(n, workers int, f func()) (cpu, wall time.Duration) {
 		}()
 	}
 	wg.Wait()
-	return processCPU() - c0, time.Since(start)
+	c := loopCost{cpu: processCPU() - c0, wall: time.Since(start)}
+	runtime.ReadMemStats(&m1)
+	c.mallocs, c.bytes = m1.Mallocs-m0.Mallocs, m1.TotalAlloc-m0.TotalAlloc
+	return c
 }
 
 func processCPU() time.Duration {
