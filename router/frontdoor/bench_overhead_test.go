@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/routing"
 	"github.com/prefixmesh/prefixmesh/routing/sim"
+	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
 
 // Realistic upstream for the overhead benchmark: it reads the body, waits a fixed TTFT, then
@@ -73,14 +76,20 @@ func benchBodies(b *testing.B) (ids, text []byte) {
 
 // BenchmarkOverhead is the front door's added latency and CPU against calling the same realistic
 // upstream directly, in the same run, for an 8k-token token-id prompt and an 8k-token text
-// prompt:
+// prompt tokenised by cl100k_base and, when their files are fetched, by Llama-3.1's and Qwen3's
+// Hugging Face tokenizers:
 //
 //	serial   one client; direct and front-door requests alternate, so load hits both alike;
 //	         reports each one's p50/p99 and the difference (added-p50-µs, added-p99-µs)
-//	paced1k  64 clients sending 1,000 req/s in total (open loop), alternating likewise
-//	c64      64 clients as fast as they go: req/s through the front door, and the process CPU
-//	         per request beyond the direct run's (fd-cpu-µs/req), whose inverse is the routed
-//	         requests per second one core sustains (routed-req/s/core)
+//	paced1k  64 clients sending 1,000 req/s in total (open loop), alternating likewise, in
+//	         overheadRounds rounds: the added p50 and p99 as median, min and max over rounds
+//	c64      rounds of 64 clients as fast as they go, direct then through the front door: the
+//	         process CPU (fd-cpu-*-µs/req), heap allocations (fd-allocs/req-*) and kilobytes
+//	         (fd-KB/req-*) per request beyond the direct round's, as median, min and max over
+//	         rounds; routed-req/s/core is the inverse of the median CPU
+//
+// CPU and allocations say more than latency on a shared machine: a loaded neighbour moves the
+// paced p50 by hundreds of µs but the CPU per request by tens, and the allocation counts not at all.
 func BenchmarkOverhead(b *testing.B) {
 	up := httptest.NewServer(realisticUpstream())
 	defer up.Close()
@@ -90,20 +99,26 @@ func BenchmarkOverhead(b *testing.B) {
 		targets = append(targets, target(fmt.Sprintf("n%d", i), up.URL))
 	}
 	list.set(targets)
-	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-	if err != nil {
-		b.Fatal(err)
+	// frontFor serves a front door over the upstream that tokenises text with tok.
+	frontFor := func(tok string) string {
+		pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Tokenizer = tok
+		fd, err := New(cfg, Deps{Picker: picker, Registry: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		front := httptest.NewServer(fd.Handler())
+		b.Cleanup(front.Close)
+		return front.URL
 	}
-	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fd, err := New(DefaultConfig(), Deps{Picker: picker, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	front := httptest.NewServer(fd.Handler())
-	defer front.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	post := func(url string, body []byte) time.Duration {
 		start := time.Now()
@@ -119,15 +134,30 @@ func BenchmarkOverhead(b *testing.B) {
 		return time.Since(start)
 	}
 	ids, text := benchBodies(b)
-	for _, kind := range []struct {
-		name string
-		body []byte
-	}{{"ids8k", ids}, {"text8k", text}} {
+	cl100k := frontFor(tokenizer.CL100kBase)
+	kinds := []struct {
+		name  string
+		body  []byte
+		front string
+	}{{"ids8k", ids, cl100k}, {"text8k", text, cl100k}}
+	// The Hugging Face tokenizers the router runs for real models, on the same text, when their
+	// files are fetched (scripts/fetch-tokenizers.sh).
+	for _, m := range []string{"llama3_1", "qwen3"} {
+		dir := filepath.Join(tokenizertest.Root(), m)
+		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+			kinds = append(kinds, struct {
+				name  string
+				body  []byte
+				front string
+			}{"text8k-" + m, text, frontFor(tokenizer.HFPrefix + dir)})
+		}
+	}
+	for _, kind := range kinds {
 		b.Run("serial/"+kind.name, func(b *testing.B) {
 			var direct, via []time.Duration
 			for b.Loop() {
 				direct = append(direct, post(up.URL, kind.body))
-				via = append(via, post(front.URL, kind.body))
+				via = append(via, post(kind.front, kind.body))
 			}
 			reportPair(b, direct, via)
 		})
@@ -141,7 +171,7 @@ func BenchmarkOverhead(b *testing.B) {
 					if i%2 == 0 {
 						return post(up.URL, kind.body), false
 					}
-					return post(front.URL, kind.body), true
+					return post(kind.front, kind.body), true
 				})
 				added50 = append(added50, percentile(via, 50)-percentile(direct, 50))
 				added99 = append(added99, percentile(via, 99)-percentile(direct, 99))
@@ -159,7 +189,7 @@ func BenchmarkOverhead(b *testing.B) {
 			var reqs, wall float64
 			for range overheadRounds {
 				d := closedLoop(n, 64, func() { post(up.URL, kind.body) })
-				v := closedLoop(n, 64, func() { post(front.URL, kind.body) })
+				v := closedLoop(n, 64, func() { post(kind.front, kind.body) })
 				cpu = append(cpu, (v.cpu-d.cpu)/time.Duration(n))
 				allocs = append(allocs, time.Duration((int64(v.mallocs)-int64(d.mallocs))/int64(n)))
 				kb = append(kb, time.Duration((int64(v.bytes)-int64(d.bytes))/int64(n)/1000))
