@@ -218,8 +218,9 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	waitGossip()
 	waitAnnounce()
 	ready.Store(false)
-	if agent != nil { // leave the cluster first: routers stop choosing this node at once
-		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	if agent != nil { // routers stop choosing this node, then it leaves the cluster
+		announceDrain(agent, cfg.drainNotice(), logger)
+		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout-cfg.drainNotice())
 		if err := agent.Close(leaveCtx); err != nil {
 			logger.Warn("gossip leave", "err", err)
 		}
@@ -282,6 +283,23 @@ func followHealth(ctx context.Context, healthy func() bool, ready *atomic.Bool, 
 		}
 	}()
 	return done
+}
+
+// announceDrain gossips that this node is draining, so routers leave it out of new decisions
+// (routing's eligibility skips draining nodes) while it keeps serving what they already sent
+// and its summary stays theirs, and waits notice for every router to hear it.
+func announceDrain(agent *cluster.Agent, notice time.Duration, logger *slog.Logger) {
+	if notice <= 0 {
+		return
+	}
+	if err := agent.SetDraining(true); err != nil {
+		logger.Warn("announce draining", "err", err)
+		return
+	}
+	logger.Info("draining: routers send nothing new; leaving gossip after the notice", "drain_notice", notice)
+	t := time.NewTimer(notice)
+	defer t.Stop()
+	<-t.C
 }
 
 // drain stops both servers within timeout: health goes NOT_SERVING (and Watch streams end), then

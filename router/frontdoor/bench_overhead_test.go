@@ -386,3 +386,44 @@ func BenchmarkPromptGrowth(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOverheadPath sends the 8k-id prompt serially, either straight to the upstream
+// ("direct") or through the front door ("front"), one path per run, so that a tool counting a
+// whole process's instructions (valgrind --tool=callgrind, immune to a loaded machine) can take
+// the difference of two runs of different lengths as the cost of one request on each path:
+// scripts/bench-frontdoor-instructions.sh does.
+func BenchmarkOverheadPath(b *testing.B) {
+	up := httptest.NewServer(realisticUpstream())
+	defer up.Close()
+	list := &nodeList{}
+	list.set([]NodeTarget{target("n0", up.URL), target("n1", up.URL)})
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fd, err := New(DefaultConfig(), Deps{Picker: picker, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := httptest.NewServer(fd.Handler())
+	defer front.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	ids, _ := benchBodies(b)
+	for _, path := range []struct{ name, url string }{{"direct", up.URL}, {"front", front.URL}} {
+		b.Run(path.name+"/ids8k", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := client.Post(path.url+"/v1/completions", "application/json", bytes.NewReader(ids))
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
