@@ -1,12 +1,9 @@
 package frontdoor
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/prefixmesh/prefixmesh/internal/testenv"
-	"github.com/prefixmesh/prefixmesh/local"
-	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // TestAllocsPickDecisionFixed backs the claim that the front door's whole decision (hashing,
@@ -17,29 +14,7 @@ func TestAllocsPickDecisionFixed(t *testing.T) {
 	testenv.SkipAllocsUnderRace(t)
 	counts := map[int]float64{}
 	for _, tokens := range []int{1024, 16384} {
-		const nodes, bs = 16, 16
-		toks := make([]uint32, tokens)
-		for i := range toks {
-			toks[i] = uint32(i*7919) % 100000
-		}
-		hashes := local.BlockHashes(toks, bs, 0)
-		list := &nodeList{}
-		idx := routing.NewIndex(routing.DefaultIndexConfig())
-		var targets []NodeTarget
-		for i := range nodes {
-			id := fmt.Sprintf("node-%02d", i)
-			targets = append(targets, target(id, "http://"+id))
-			idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
-		}
-		list.set(targets)
-		pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, toks := stairPicker(t, 16, tokens)
 		req := &PickRequest{Tokens: toks, Model: simModel}
 		decide := func() {
 			pk, err := p.Pick(t.Context(), req, nil)

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/routing"
 	"github.com/prefixmesh/prefixmesh/routing/sim"
@@ -93,32 +91,7 @@ func benchBodies(b *testing.B) (ids, text []byte) {
 func BenchmarkOverhead(b *testing.B) {
 	up := httptest.NewServer(realisticUpstream())
 	defer up.Close()
-	list := &nodeList{}
-	var targets []NodeTarget
-	for i := range 4 {
-		targets = append(targets, target(fmt.Sprintf("n%d", i), up.URL))
-	}
-	list.set(targets)
-	// frontFor serves a front door over the upstream that tokenises text with tok.
-	frontFor := func(tok string) string {
-		pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
-		picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg := DefaultConfig()
-		cfg.Tokenizer = tok
-		fd, err := New(cfg, Deps{Picker: picker, Registry: prometheus.NewRegistry()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		front := httptest.NewServer(fd.Handler())
-		b.Cleanup(front.Close)
-		return front.URL
-	}
+	frontFor := func(tok string) string { return benchFrontDoor(b, up.URL, 4, tok) }
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	post := func(url string, body []byte) time.Duration {
 		start := time.Now()
@@ -395,25 +368,10 @@ func BenchmarkPromptGrowth(b *testing.B) {
 func BenchmarkOverheadPath(b *testing.B) {
 	up := httptest.NewServer(realisticUpstream())
 	defer up.Close()
-	list := &nodeList{}
-	list.set([]NodeTarget{target("n0", up.URL), target("n1", up.URL)})
-	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fd, err := New(DefaultConfig(), Deps{Picker: picker, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	front := httptest.NewServer(fd.Handler())
-	defer front.Close()
+	frontURL := benchFrontDoor(b, up.URL, 2, "")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
 	ids, _ := benchBodies(b)
-	for _, path := range []struct{ name, url string }{{"direct", up.URL}, {"front", front.URL}} {
+	for _, path := range []struct{ name, url string }{{"direct", up.URL}, {"front", frontURL}} {
 		b.Run(path.name+"/ids8k", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
