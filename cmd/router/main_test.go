@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/prefixmesh/prefixmesh/internal/buildinfo"
 )
 
 func TestDispatch(t *testing.T) {
@@ -35,6 +37,42 @@ func TestHelpListsEverySubcommand(t *testing.T) {
 			if !strings.Contains(out.String(), "\n  "+name+" ") {
 				t.Errorf("%s does not list %q:\n%s", arg, name, out.String())
 			}
+		}
+	}
+}
+
+// TestHelpExitsZero: "--help" and "-h" print a subcommand's usage and exit 0, for every
+// subcommand and the top level, as Go's flag package and POSIX utilities do for a help request.
+func TestHelpExitsZero(t *testing.T) {
+	for name := range subcommands {
+		for _, h := range []string{"--help", "-h"} {
+			var out, errb bytes.Buffer
+			if code := dispatch(context.Background(), []string{name, h}, &out, &errb); code != 0 {
+				t.Errorf("%s %s: exit %d, stderr %q", name, h, code, errb.String())
+			}
+			if out.Len()+errb.Len() == 0 {
+				t.Errorf("%s %s printed nothing", name, h)
+			}
+		}
+	}
+	// A usage error still exits 2.
+	for _, args := range [][]string{{"pins"}, {"tokenize"}, {"pins", "list", "--nope"}} {
+		var out, errb bytes.Buffer
+		if code := dispatch(context.Background(), args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestVersionFlag: --version prints the binary's version (internal/buildinfo) and exits 0.
+func TestVersionFlag(t *testing.T) {
+	for _, arg := range []string{"--version", "version"} {
+		var out, errb bytes.Buffer
+		if code := dispatch(context.Background(), []string{arg}, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d, %q", arg, code, errb.String())
+		}
+		if want := "prefixmesh-router " + buildinfo.Version() + "\n"; out.String() != want {
+			t.Errorf("%s printed %q, want %q", arg, out.String(), want)
 		}
 	}
 }

@@ -9,11 +9,11 @@ import (
 	"io"
 	"net/http"
 	"path"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/prefixmesh/prefixmesh/internal/buildinfo"
 	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
@@ -54,14 +54,11 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// serveVersion is vLLM's /version: {"version": …}, the router's module version.
+// serveVersion is vLLM's /version: {"version": …}, the router binary's version
+// (internal/buildinfo: module version, else the VCS stamp of go build).
 func (s *Server) serveVersion(w http.ResponseWriter, _ *http.Request) {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]string{"version": v})
+	_ = json.NewEncoder(w).Encode(map[string]string{"version": buildinfo.Version()})
 }
 
 // servePassthrough forwards /tokenize or /detokenize to a healthy node serving the body's model
