@@ -95,6 +95,12 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, codeNoNodes, "this router has no node list to pass "+r.URL.Path+" to")
 		return
 	}
+	// A model no node serves is a 404, as on the completions endpoints and as vLLM answers it
+	// (OpenAIServing._check_model in vllm/entrypoints/openai/serving_engine.py), not a 503.
+	if err := knownModel(s.picker.Models(), m.Model); err != nil {
+		s.writeErr(w, err, &reqLog{})
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), passthroughTimeout)
 	defer cancel()
 	tried := 0
@@ -136,6 +142,20 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can serve "+r.URL.Path)
+}
+
+// knownModel is resolveModel's not-found rule for a pass-through, which names a model but no
+// adapter field: nil for "" (any node), a served name or "<served name>:<anything>" (the
+// engine judges the adapter), when nothing is served yet, and otherwise the 404.
+func knownModel(models []string, model string) error {
+	if model == "" || len(models) == 0 || slices.Contains(models, model) {
+		return nil
+	}
+	if i := strings.LastIndexByte(model, ':'); i > 0 && slices.Contains(models, model[:i]) {
+		return nil
+	}
+	return &httpError{Status: http.StatusNotFound, Code: codeModelNotFound, Param: "model",
+		Message: fmt.Sprintf("model %q does not exist; served: %s", model, strings.Join(models, ", "))}
 }
 
 // withCORS answers browsers from the configured origins: the CORS headers on every response and
