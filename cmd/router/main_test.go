@@ -76,3 +76,46 @@ func TestVersionFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyKnobsSameInSimAndServe: a policy setting tuned with `sim` deploys with the same flag
+// on `serve` (and the chart's router values, checked by scripts/checkchart.sh): each knob is a
+// flag of both, with the same default.
+func TestPolicyKnobsSameInSimAndServe(t *testing.T) {
+	help := func(sub string) string {
+		var out, errb bytes.Buffer
+		if code := dispatch(context.Background(), []string{sub, "--help"}, &out, &errb); code != 0 {
+			t.Fatalf("%s --help: exit %d", sub, code)
+		}
+		return out.String() + errb.String()
+	}
+	simHelp, serveHelp := help("sim"), help("serve")
+	for _, knob := range []string{"load-factor", "miss-penalty", "min-load-bound"} {
+		s, v := flagDefault(simHelp, knob), flagDefault(serveHelp, knob)
+		if s == "" || v == "" || s != v {
+			t.Errorf("--%s: sim default %q, serve default %q; want the same flag with the same default in both", knob, s, v)
+		}
+	}
+}
+
+// flagDefault finds "-name" in Go flag package usage text and returns its "(default …)", or
+// "missing" for a flag without one shown (a zero default) and "" when the flag is absent.
+func flagDefault(usage, name string) string {
+	lines := strings.Split(usage, "\n")
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "-"+name {
+			continue
+		}
+		// The description is on the next line(s), indented.
+		for _, d := range lines[i+1:] {
+			if !strings.HasPrefix(d, "    \t") && !strings.HasPrefix(d, "\t") {
+				break
+			}
+			if j := strings.Index(d, "(default "); j >= 0 {
+				return strings.TrimSuffix(d[j+len("(default "):], ")")
+			}
+		}
+		return "missing"
+	}
+	return ""
+}
