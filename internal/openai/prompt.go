@@ -25,6 +25,10 @@ const maxIDValue = math.MaxUint32
 type Prompt struct {
 	Items []PromptItem
 	Batch bool
+	// Start and End delimit the prompt's JSON value in the request body (ParseCompletion sets
+	// them; the last "prompt" member when the body repeats it, the one that counts): with the
+	// items' spans they let a batch be split into single-prompt bodies as views of the body.
+	Start, End int
 }
 
 // PromptItem is one prompt of a request: text (IDs nil) or token ids.

@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 
 	// 4. The HTTP server: /metrics, /healthz, and whatever the engine mounts.
 	var ready atomic.Bool
-	var gossipOK gossipHealth // issue 15: an isolated member is not serving
+	var gossipOK cluster.HealthGate // an isolated member is not serving
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 			http.Error(w, "not serving", http.StatusServiceUnavailable)
 			return
 		}
-		if reason := gossipOK.notServing(); reason != "" {
+		if reason := gossipOK.NotServing(); reason != "" {
 			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
 			return
 		}
@@ -193,12 +193,12 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	applyHealth := func() {
 		verdictMu.Lock()
 		defer verdictMu.Unlock()
-		healthSrv.SetServing(ready.Load() && gossipOK.notServing() == "", pb.NodeCache_ServiceDesc.ServiceName)
+		healthSrv.SetServing(ready.Load() && gossipOK.NotServing() == "", pb.NodeCache_ServiceDesc.ServiceName)
 	}
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	defer stopHealth()
 	engineDone := followHealth(healthCtx, side.healthy, &ready, applyHealth, logger)
-	waitGossip := gossipOK.start(healthCtx, agent, applyHealth, logger.With("component", "gossip"))
+	waitGossip := gossipOK.Follow(healthCtx, agent, func(cluster.Health) { applyHealth() }, logger.With("component", "gossip"))
 	waitAnnounce := ann.start(healthCtx, agent)
 	logger.Info("serving")
 
