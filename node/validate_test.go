@@ -39,10 +39,11 @@ func invalidCases() []invalidCase {
 		{"Lookup block_size negative", lookup(&pb.LookupRequest{Tokens: p, BlockSize: -16}), []string{"block_size = -16"}},
 		{"Lookup block_size over MaxBlockSize", lookup(&pb.LookupRequest{Tokens: p, BlockSize: MaxBlockSize + 1}), []string{"block_size = 4097"}},
 		{"Lookup tokens over MaxTokens", lookup(&pb.LookupRequest{Tokens: tooMany, BlockSize: 16}), []string{"tokens", "1048577 tokens"}},
-		{"Peek block_size 0", func(ctx context.Context, c pb.NodeCacheClient) error {
-			_, err := c.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: p})
+		// (A Peek without block_size is read with the node's: TestPeekUsesNodeBlockSize.)
+		{"Peek block_size over MaxBlockSize", func(ctx context.Context, c pb.NodeCacheClient) error {
+			_, err := c.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: p, BlockSize: MaxBlockSize + 1})
 			return err
-		}, []string{"block_size = 0"}},
+		}, []string{"block_size = 4097"}},
 		{"Peek tokens over MaxTokens", func(ctx context.Context, c pb.NodeCacheClient) error {
 			_, err := c.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: tooMany, BlockSize: 16})
 			return err

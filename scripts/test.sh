@@ -49,11 +49,14 @@ echo "== openai npm client"
 if ! command -v npm >/dev/null 2>&1 && in_ci && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 fi
+# 6.49.0 is the newest release whose package.json accepts Debian's Node 20 (`npm view openai@6.49.0
+# engines` is empty; every 7.x says node >=22.0.0).
+OPENAI_NPM_VERSION=6.49.0
 if command -v npm >/dev/null 2>&1; then
   mkdir -p .cache/npm
   [ -f .cache/npm/package.json ] || echo '{"private":true}' > .cache/npm/package.json
-  if [ "$(node -p "try{require('./.cache/npm/node_modules/openai/package.json').version}catch(e){''}" 2>/dev/null)" != "7.55.0" ]; then
-    (cd .cache/npm && npm install --no-audit --no-fund --silent openai@7.55.0)
+  if [ "$(node -p "try{require('./.cache/npm/node_modules/openai/package.json').version}catch(e){''}" 2>/dev/null)" != "$OPENAI_NPM_VERSION" ]; then
+    (cd .cache/npm && npm install --no-audit --no-fund --silent "openai@$OPENAI_NPM_VERSION")
   fi
 fi
 

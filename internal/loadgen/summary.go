@@ -19,6 +19,7 @@ type Summary struct {
 	TTFTP50, TTFTP99  time.Duration
 	LatencyMean       time.Duration
 	EstimateExact     float64 // share of routed requests whose estimate equalled cached tokens; -1 if none carried an estimate
+	EstimateCompared  int     // requests with both an estimate and the engine's cached-token count
 	EstimateMAE       float64 // mean absolute error of the estimate, in tokens
 	PerNode           map[string]int
 	MaxLate           time.Duration
@@ -71,6 +72,7 @@ func Summarize(results []Result) Summary {
 		s.TTFTP99 = sim.Percentile(ttfts, 99)
 		s.LatencyMean = latSum / time.Duration(n)
 	}
+	s.EstimateCompared = estimated
 	if estimated > 0 {
 		s.EstimateExact = float64(exact) / float64(estimated)
 		s.EstimateMAE = absErr / float64(estimated)
@@ -102,7 +104,7 @@ func WriteTable(w io.Writer, names []string, sums []Summary) {
 		if s.EstimateExact < 0 {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.1f%%", 100*s.EstimateExact)
+		return fmt.Sprintf("%.1f%% of %d", 100*s.EstimateExact, s.EstimateCompared)
 	})
 	row("estimate MAE (tok)", func(s Summary) string { return fmt.Sprintf("%.1f", s.EstimateMAE) })
 }

@@ -29,6 +29,16 @@ const (
 // mirrored reports whether the engine mode mirrors a real engine's KV events.
 func mirrored(engine string) bool { return engine == engineVLLM || engine == engineSGLang }
 
+// cacheOwner names what owns the prefix cache of a read-only agent, for the error its NodeCache
+// gives a refused write: the simulated engine's KV pool, or a real engine mirrored from its KV
+// events.
+func cacheOwner(engine string) string {
+	if mirrored(engine) {
+		return "the " + engine + " engine beside this agent (--engine=" + engine + "; the agent mirrors it from its KV events, and only the engine changes it)"
+	}
+	return "the in-process simulated engine (--engine=" + engine + ")"
+}
+
 // Config is the node agent's configuration; every field maps 1:1 to a flag.
 type Config struct {
 	// GRPCListen is where NodeCache, grpc.health.v1 and reflection are served: host:port, or

@@ -77,6 +77,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		Logger:    logger.With("component", "nodecache"),
 		Registry:  reg,
 		ReadOnly:  cfg.Engine == engineSim || mirrored(cfg.Engine),
+		Owner:     cacheOwner(cfg.Engine),
 	})
 	if err != nil {
 		return fmt.Errorf("node cache service: %w", err)

@@ -48,6 +48,13 @@ type ServeConfig struct {
 	// LoadFactor is the bounded-load guard's c: 1.25, routing.DefaultPolicyConfig's (Mirrokni
 	// et al. 2016).
 	LoadFactor float64
+	// MissPenalty and MinLoadBound are prefixmesh's other policy knobs, the same names as in
+	// `prefixmesh-router sim` and the Helm chart so that a setting tuned in the simulator can be
+	// deployed: the extra weight of uncached prefill tokens in its cost (10) and the floor of
+	// the bounded-load guard's per-node capacity in requests (8). routing.PolicyConfig says why
+	// each default.
+	MissPenalty  float64
+	MinLoadBound int
 	// Tokenizer tokenises text prompts: cl100k_base (the simulated engine's), bytes, engine
 	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
@@ -136,6 +143,8 @@ func DefaultServeConfig() ServeConfig {
 		NodeID:              host,
 		Policy:              routing.PolicyPrefixMesh,
 		LoadFactor:          routing.DefaultPolicyConfig().LoadFactor,
+		MissPenalty:         routing.DefaultPolicyConfig().MissPenalty,
+		MinLoadBound:        routing.DefaultPolicyConfig().MinLoadBound,
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         frontdoor.DefaultConfig().MaxInFlight,
 		BodyTimeout:         frontdoor.DefaultConfig().BodyTimeout,
@@ -196,6 +205,8 @@ func (c ServeConfig) raftEnabled() bool { return c.RaftListen != "" && c.RaftVot
 func (c ServeConfig) policyConfig() routing.PolicyConfig {
 	pc := routing.DefaultPolicyConfig()
 	pc.LoadFactor = c.LoadFactor
+	pc.MissPenalty = c.MissPenalty
+	pc.MinLoadBound = c.MinLoadBound
 	return pc
 }
 
@@ -222,6 +233,13 @@ func (c ServeConfig) Validate() error {
 	if _, err := routing.NewPolicy(c.Policy, c.policyConfig()); err != nil {
 		if !slices.Contains(routing.PolicyNames(), c.Policy) {
 			return bad("--policy %q: one of %s", c.Policy, strings.Join(routing.PolicyNames(), ", "))
+		}
+		pc := c.policyConfig()
+		switch {
+		case !(pc.MissPenalty >= 0):
+			return bad("--miss-penalty %v: must be >= 0", c.MissPenalty)
+		case pc.MinLoadBound < 0:
+			return bad("--min-load-bound %d: must be >= 0", c.MinLoadBound)
 		}
 		return bad("--load-factor %v: %v", c.LoadFactor, err)
 	}
@@ -340,6 +358,8 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
+	fs.Float64Var(&cfg.MissPenalty, "miss-penalty", cfg.MissPenalty, "extra `weight` of uncached prefill tokens in prefixmesh's cost (as in sim)")
+	fs.IntVar(&cfg.MinLoadBound, "min-load-bound", cfg.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in `requests` (as in sim; 0: the pure guard)")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `spec`: cl100k_base, bytes, hf:DIR (a model's tokenizer.json and chat template, exact in Go), render:URL (a vLLM render server), engine (front door only) or none")
 	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "front door: `requests` proxied at once before answering 429")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "front door: longest wait for a request body once admitted (408 beyond)")
