@@ -101,7 +101,7 @@ func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, ann 
 	if err != nil {
 		return engineSide{}, err
 	}
-	ann.complete = f.Complete // before Start: the hooks and ann's goroutine read it
+	ann.coldFn = f.Cold // before Start: the hooks and ann's goroutine read it
 	f.Start(ctx)
 	probe := newEngineProbe(cfg.EngineURL, log, f.EngineRestarted)
 	probe.start(ctx)
