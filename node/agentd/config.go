@@ -125,6 +125,10 @@ type SimConfig struct {
 	KVEventsTopic string
 	// KVEventsReplayTopic puts the topic frame into replay replies, as vLLM ≥ v0.26: true.
 	KVEventsReplayTopic bool
+	// KVEventsFirstSeq and KVEventsParentZero publish with other publishers' habits (a first
+	// sequence of 1, "no parent" as 0), to test a mirroring agent against them.
+	KVEventsFirstSeq   uint64
+	KVEventsParentZero bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -326,6 +330,8 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Sim.KVEventsHashes, "sim-kv-events-hashes", cfg.Sim.KVEventsHashes, "simulated engine: block hashes as int or bytes")
 	fs.StringVar(&cfg.Sim.KVEventsTopic, "sim-kv-events-topic", cfg.Sim.KVEventsTopic, "simulated engine: KV-event `topic`")
 	fs.BoolVar(&cfg.Sim.KVEventsReplayTopic, "sim-kv-events-replay-topic", cfg.Sim.KVEventsReplayTopic, "simulated engine: replay replies carry the topic frame (vLLM >= 0.26)")
+	fs.Uint64Var(&cfg.Sim.KVEventsFirstSeq, "sim-kv-events-first-seq", cfg.Sim.KVEventsFirstSeq, "simulated engine: the first KV-event sequence `number` (vLLM: 0; some emulators: 1)")
+	fs.BoolVar(&cfg.Sim.KVEventsParentZero, "sim-kv-events-parent-zero", cfg.Sim.KVEventsParentZero, "simulated engine: spell a first block's missing parent as 0 instead of nil")
 	cfg.Gossip.Register(fs)
 	return fs
 }
@@ -345,10 +351,36 @@ func parseConfig(args []string, output io.Writer) (Config, error) {
 	if mirrored(cfg.Engine) && !flagSet(fs, "model") {
 		cfg.Model = "" // ask the engine (GET /v1/models)
 	}
+	if err := refuseIgnored(fs, cfg.Engine); err != nil {
+		return Config{}, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// refuseIgnored rejects flags the engine mode would silently ignore, saying why: a setting
+// that does nothing is a misconfiguration the operator believes is in force.
+func refuseIgnored(fs *flag.FlagSet, engine string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", errConfig, fmt.Sprintf(format, args...))
+	}
+	if !mirrored(engine) {
+		for _, f := range []string{"kv-events", "kv-events-listen", "kv-events-replay", "kv-events-topic", "dp-size"} {
+			if flagSet(fs, f) {
+				return bad("--%s: only --engine=vllm|sglang reads an engine's KV events; with --engine=%s use --sim-kv-events* to publish them", f, engine)
+			}
+		}
+		return nil
+	}
+	if flagSet(fs, "kv-blocks") {
+		return bad("--kv-blocks: the simulated engine's pool size; --engine=%s mirrors an engine that sizes its own KV cache", engine)
+	}
+	if flagSet(fs, "kv-events") && flagSet(fs, "kv-events-listen") {
+		return bad("--kv-events and --kv-events-listen: give one; the agent either dials the engine's PUB socket or binds one the engine dials")
+	}
+	return nil
 }
 
 // flagSet reports whether the flag was given (on the command line or in the flag file).

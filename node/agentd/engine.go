@@ -48,6 +48,7 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 		sc.KVEvents.Replay = cfg.Sim.KVEventsReplay
 		sc.KVEvents.Topic = cfg.Sim.KVEventsTopic
 		sc.KVEvents.ReplayTopicFrame = cfg.Sim.KVEventsReplayTopic
+		sc.KVEvents.FirstSeq, sc.KVEvents.ParentZero = cfg.Sim.KVEventsFirstSeq, cfg.Sim.KVEventsParentZero
 		if cfg.Sim.KVEventsLayout == "array" {
 			sc.KVEvents.Layout = kvevents.LayoutArray
 		} else {

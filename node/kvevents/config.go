@@ -90,8 +90,17 @@ func (c Config) Validate() error {
 		return bad("%s %q: %v", flag, c.Endpoint, err)
 	}
 	if c.Replay != "" {
-		if _, _, err := splitTCP(c.Replay); err != nil {
+		rh, rp, err := splitTCP(c.Replay)
+		if err != nil {
 			return bad("--kv-events-replay %q: %v", c.Replay, err)
+		}
+		// Rank r publishes on port + r and replays on replay port + r: the two runs of ports
+		// must not overlap (with 5557 and 5558 and two ranks, rank 1 would publish on rank 0's
+		// replay port).
+		h, p, _ := splitTCP(c.Endpoint)
+		if h == rh && p != 0 && rp != 0 && p < rp+c.DPSize && rp < p+c.DPSize {
+			return bad("%s %q and --kv-events-replay %q with --dp-size %d: ranks use ports %d-%d and %d-%d, which overlap; leave a gap of at least --dp-size (e.g. 5557 and 5657)",
+				flag, c.Endpoint, c.Replay, c.DPSize, p, p+c.DPSize-1, rp, rp+c.DPSize-1)
 		}
 	}
 	switch {

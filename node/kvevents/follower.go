@@ -154,7 +154,19 @@ func (f *Follower) Connected() bool {
 func (f *Follower) read(ctx context.Context, rs *rankState, ch chan<- zmq4.Msg) {
 	defer close(ch)
 	for ctx.Err() == nil {
-		sock, err := f.open(ctx, rs)
+		// The socket lives on its own context: when ctx ends, its connections are closed and
+		// the library's readers drained before the socket closes (zmtp.go), so none is left
+		// blocked; the socket context ends at once when there is nothing to drain.
+		conns := &connSet{}
+		sctx, scancel := context.WithCancel(withConnSet(context.WithoutCancel(ctx), conns))
+		stop := context.AfterFunc(ctx, func() {
+			if conns.closeAll() == 0 {
+				scancel()
+				return
+			}
+			time.AfterFunc(drainTimeout, scancel)
+		})
+		sock, err := f.open(sctx, rs)
 		if err != nil {
 			if ctx.Err() == nil {
 				f.log.Error("kv events socket", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "err", err)
@@ -162,8 +174,13 @@ func (f *Follower) read(ctx context.Context, rs *rankState, ch chan<- zmq4.Msg) 
 		} else {
 			rs.connected.Store(true)
 			f.log.Info("kv events subscribed", "rank", rs.rank, "endpoint", rs.endpoint, "listen", f.cfg.Listen, "topic", f.cfg.Topic)
-			f.receive(ctx, rs, sock, ch)
+			f.receive(ctx, sctx, rs, sock, conns, ch)
 			rs.connected.Store(false)
+		}
+		stop()
+		conns.closeAll()
+		scancel()
+		if sock != nil {
 			_ = sock.Close()
 		}
 		select {
@@ -184,9 +201,9 @@ func (f *Follower) open(ctx context.Context, rs *rankState) (zmq4.Socket, error)
 	}
 	var err error
 	if f.cfg.Listen {
-		err = sock.Listen(rs.endpoint)
+		err = sock.Listen(zmqEndpoint(rs.endpoint))
 	} else {
-		err = sock.Dial(rs.endpoint)
+		err = sock.Dial(zmqEndpoint(rs.endpoint))
 	}
 	if err != nil {
 		_ = sock.Close()
@@ -195,20 +212,39 @@ func (f *Follower) open(ctx context.Context, rs *rankState) (zmq4.Socket, error)
 	return sock, nil
 }
 
-// receive hands messages to the applier until the connection ends or ctx does.
-func (f *Follower) receive(ctx context.Context, rs *rankState, sock zmq4.Socket, ch chan<- zmq4.Msg) {
+// receive hands messages to the applier until the connection ends or ctx does. A bound socket
+// (Listen) serves every peer that connects: one peer's connection ending (a stranger, or the
+// engine itself before it reconnects) ends only that connection, never the engine's stream.
+// Once ctx ends it drains the library's readers (see read) and returns.
+func (f *Follower) receive(ctx, sctx context.Context, rs *rankState, sock zmq4.Socket, conns *connSet, ch chan<- zmq4.Msg) {
+	ended := 0 // connections whose last (error) message was received
 	for {
 		msg, err := sock.Recv()
 		if err != nil {
-			if ctx.Err() == nil {
-				f.log.Warn("kv events connection ended; reconnecting", "rank", rs.rank, "endpoint", rs.endpoint, "err", err)
+			if sctx.Err() != nil {
+				return
 			}
+			ended++
+			if ctx.Err() != nil {
+				if ended >= conns.ready() {
+					return // every reader handed over its last message
+				}
+				continue
+			}
+			if f.cfg.Listen {
+				f.met.peerEnds.WithLabelValues(rs.r).Inc()
+				f.log.Debug("kv events: a peer's connection ended; still listening", "rank", rs.rank, "endpoint", rs.endpoint, "err", err)
+				continue
+			}
+			f.log.Warn("kv events connection ended; reconnecting", "rank", rs.rank, "endpoint", rs.endpoint, "err", err)
 			return
+		}
+		if ctx.Err() != nil {
+			continue // draining
 		}
 		select {
 		case ch <- msg:
 		case <-ctx.Done():
-			return
 		}
 	}
 }

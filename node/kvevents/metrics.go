@@ -21,6 +21,7 @@ type metrics struct {
 	cold       *prometheus.GaugeVec
 	partial    *prometheus.CounterVec // partial transitions by reason
 	lossy      *prometheus.CounterVec // batches not applied whole
+	peerEnds   *prometheus.CounterVec // --kv-events-listen: peer connections that ended
 }
 
 func newMetrics(reg prometheus.Registerer, mir *Mirror) (*metrics, error) {
@@ -54,9 +55,11 @@ func newMetrics(reg prometheus.Registerer, mir *Mirror) (*metrics, error) {
 			Help: "Times a rank's mirror became partial (a lower bound), by reason: late_join, gap, decode, checkpoint."}, []string{"rank", "reason"}),
 		lossy: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lossy_batches_total",
 			Help: "Sequenced batches not applied whole (undecodable, or a malformed or unknown event): each is a gap."}, rank),
+		peerEnds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "peer_disconnects_total",
+			Help: "With --kv-events-listen: peer connections that ended (the engine reconnecting, or a stranger); the subscription stays up."}, rank),
 	}
 	cs := []prometheus.Collector{m.batches, m.events, m.skipped, m.fields, m.decodeErrs, m.gaps, m.replays, m.resyncs, m.lag, m.complete,
-		m.cold, m.partial, m.lossy, mirrorCollector{mir}}
+		m.cold, m.partial, m.lossy, m.peerEnds, mirrorCollector{mir}}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register kvevents metrics: %w", err)

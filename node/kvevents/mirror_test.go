@@ -15,6 +15,8 @@ func (m *Mirror) check() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	counts := map[uint64]uint32{}
+	perGroup := map[rcKey]int{} // groups of the rank a hash is visible in
+	seen := map[mkey]bool{}     // (hash, rank and group) counted
 	blocks, orphans, withParent, children := 0, 0, 0, 0
 	var tiers [numTiers]int
 	for k, i := range m.byKey {
@@ -51,10 +53,20 @@ func (m *Mirror) check() error {
 			return fmt.Errorf("node %d visible=%v, rule says %v", i, !want, want)
 		}
 		if n.flags&fVisible != 0 {
-			counts[n.canon]++
+			if len(m.groups[n.key.src>>16]) <= 1 {
+				counts[n.canon]++
+			} else if !seen[mkey{n.canon, n.key.src}] {
+				seen[mkey{n.canon, n.key.src}] = true
+				perGroup[rcKey{n.canon, n.key.src >> 16}]++
+			}
 		}
 		if n.first == noNode && n.copies == ([numTiers]uint32{}) {
 			return fmt.Errorf("node %d has no copies and no children but was not freed", i)
+		}
+	}
+	for k, v := range perGroup { // credited once where visible in every group of the rank
+		if v == len(m.groups[k.rank]) {
+			counts[k.canon]++
 		}
 	}
 	if withParent != children {
@@ -78,6 +90,7 @@ func (m *Mirror) check() error {
 type refMirror struct {
 	bs     int
 	blocks map[mkey]*refBlock
+	groups map[int]map[int]bool // rank → KV-cache groups reported since its last clear
 }
 
 type refBlock struct {
@@ -99,6 +112,7 @@ func (r *refMirror) apply(rank int, ev *Event) {
 				delete(r.blocks, k)
 			}
 		}
+		delete(r.groups, rank)
 	case KindRemoved:
 		for _, h := range ev.Hashes {
 			b := r.blocks[mkey{h, src}]
@@ -124,6 +138,16 @@ func (r *refMirror) apply(rank int, ev *Event) {
 			}
 			return
 		}
+		if len(ev.Hashes) == 0 {
+			return
+		}
+		if r.groups == nil {
+			r.groups = map[int]map[int]bool{}
+		}
+		if r.groups[rank] == nil {
+			r.groups[rank] = map[int]bool{}
+		}
+		r.groups[rank][ev.Group] = true
 		aligned := ev.BlockSize == r.bs && len(ev.Tokens) == len(ev.Hashes)*r.bs
 		parent, has := ev.Parent, ev.HasParent
 		for i, h := range ev.Hashes {
@@ -131,7 +155,7 @@ func (r *refMirror) apply(rank int, ev *Event) {
 			b := r.blocks[k]
 			if b == nil || b.tokens == nil && !b.match && b.gpu == 0 && b.other == 0 {
 				b = &refBlock{parent: parent, hasParent: has, adapter: AdapterID(ev.LoRAName)}
-				b.match = aligned && ev.Group == 0 && !ev.Salted && (len(ev.Extra) == 0 || ev.Extra[i] != extraOther)
+				b.match = aligned && !ev.Salted && (len(ev.Extra) == 0 || ev.Extra[i] != extraOther)
 				if aligned {
 					b.tokens = ev.Tokens[i*r.bs : (i+1)*r.bs : (i+1)*r.bs]
 				}
@@ -153,12 +177,27 @@ func (r *refMirror) apply(rank int, ev *Event) {
 	}
 }
 
-// summary is the set of canonical hashes the engine would match from the root.
+// summary is the set of canonical hashes the engine would match from the root: in a rank with
+// several KV-cache groups, those every group holds.
 func (r *refMirror) summary() []uint64 {
-	set := map[uint64]bool{}
+	type rg struct {
+		h    uint64
+		rank int
+	}
+	in := map[rg]map[int]bool{}
 	for k := range r.blocks {
 		if h, ok := r.canon(k, 0); ok {
-			set[h] = true
+			x := rg{h, int(k.src >> 16)}
+			if in[x] == nil {
+				in[x] = map[int]bool{}
+			}
+			in[x][int(k.src&0xffff)] = true
+		}
+	}
+	set := map[uint64]bool{}
+	for x, gs := range in {
+		if len(gs) >= len(r.groups[x.rank]) {
+			set[x.h] = true
 		}
 	}
 	out := make([]uint64, 0, len(set))
