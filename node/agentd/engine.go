@@ -78,24 +78,32 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 	}
 }
 
-// startMirror follows a real engine: it learns the served model from /v1/models unless --model
-// was given (waiting for the engine to come up), subscribes to its KV events (one subscription
+// resolveModel learns the served model from the engine's /v1/models when --model was not given,
+// waiting for the engine to come up; ctx (the agent's, so SIGTERM ends the wait) bounds it.
+func resolveModel(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+	if !mirrored(cfg.Engine) || cfg.Model != "" {
+		return nil
+	}
+	log := logger.With("component", "kvevents")
+	m, err := engineModel(ctx, cfg.EngineURL, log)
+	if err != nil {
+		return err
+	}
+	if len(m) > maxModelName {
+		return fmt.Errorf("engine model %q: longer than %d bytes", m, maxModelName)
+	}
+	cfg.Model = m
+	log.Info("engine model", "model", m)
+	return nil
+}
+
+// startMirror follows a real engine (its model already resolved, see resolveModel): it
+// subscribes to its KV events (one subscription
 // per data-parallel rank) and probes its health, load and process start time. The agent is
 // healthy while the engine is; a changed start time drops the mirror (a restart the event stream
 // may not show). The follower's restarts and completeness go to ann.
 func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
 	log := logger.With("component", "kvevents")
-	if cfg.Model == "" {
-		m, err := engineModel(ctx, cfg.EngineURL, log)
-		if err != nil {
-			return engineSide{}, err
-		}
-		if len(m) > maxModelName {
-			return engineSide{}, fmt.Errorf("engine model %q: longer than %d bytes", m, maxModelName)
-		}
-		cfg.Model = m
-		log.Info("engine model", "model", m)
-	}
 	kc := cfg.kvEventsConfig()
 	kc.OnRestart, kc.OnComplete = ann.restarted, ann.completeChanged
 	f, err := kvevents.NewFollower(kc, mirror, log, reg)

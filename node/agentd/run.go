@@ -121,6 +121,15 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 
 	// 5. The engine. It outlives the HTTP drain (in-flight completions finish), so it gets its own
 	// context, cancelled only after the HTTP server has shut down.
+	// A mirrored engine named by its /v1/models is waited for here, under ctx: a SIGTERM while
+	// the engine loads its weights stops the agent at once.
+	if err := resolveModel(ctx, &cfg, logger); err != nil {
+		if ctx.Err() != nil {
+			logger.Info("stopped while waiting for the engine", "cause", context.Cause(ctx))
+			return nil
+		}
+		return fmt.Errorf("start engine: %w", err)
+	}
 	engineCtx, cancelEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEngine()
 	var ann *announcer // a mirrored engine's restarts (new epoch) and completeness (cold) to routers
