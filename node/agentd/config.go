@@ -89,6 +89,10 @@ type Config struct {
 	// AddrFile, when set, receives the bound addresses once listening ("grpc=… http=…"), for
 	// scripts and tests that listen on port 0.
 	AddrFile string
+	// StateDir, with --engine=vllm|sglang, is where the agent checkpoints its mirror of the
+	// engine's cache (every 5 s and at exit) and restores it from when it restarts; "" keeps
+	// no state.
+	StateDir string
 	// ValidateOnly parses and validates the configuration, prints "ok" and exits (Helm tests).
 	ValidateOnly bool
 	// Sim tunes the simulated engine (--sim-*); ignored with --engine=external.
@@ -317,6 +321,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.PinsAddr, "pins-addr", cfg.PinsAddr, "router gRPC `host:port` to follow the pin table from (default: routers found in gossip)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish before closing them")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "with --engine=vllm|sglang: checkpoint the mirror of the engine's cache in this `directory` and restore it after a restart")
 	fs.StringVar(&cfg.AddrFile, "addr-file", cfg.AddrFile, "write the bound addresses (\"grpc=… http=…\") to this `file` once listening")
 	fs.BoolVar(&cfg.ValidateOnly, "validate-only", cfg.ValidateOnly, "parse and validate flags, print \"ok\" and exit")
 	fs.Float64Var(&cfg.Sim.PrefillTokensPerSec, "sim-prefill-tokens-per-s", cfg.Sim.PrefillTokensPerSec, "simulated prefill throughput in `tokens/s`")
@@ -367,9 +372,9 @@ func refuseIgnored(fs *flag.FlagSet, engine string) error {
 		return fmt.Errorf("%w: %s", errConfig, fmt.Sprintf(format, args...))
 	}
 	if !mirrored(engine) {
-		for _, f := range []string{"kv-events", "kv-events-listen", "kv-events-replay", "kv-events-topic", "dp-size"} {
+		for _, f := range []string{"kv-events", "kv-events-listen", "kv-events-replay", "kv-events-topic", "dp-size", "state-dir"} {
 			if flagSet(fs, f) {
-				return bad("--%s: only --engine=vllm|sglang reads an engine's KV events; with --engine=%s use --sim-kv-events* to publish them", f, engine)
+				return bad("--%s: only --engine=vllm|sglang mirrors an engine's KV events; --engine=%s would ignore it (the simulated engine publishes with --sim-kv-events*)", f, engine)
 			}
 		}
 		return nil

@@ -86,6 +86,7 @@ func TestRefuseIgnoredFlags(t *testing.T) {
 		{[]string{"--engine=sim", "--kv-events=tcp://127.0.0.1:5557"}, "--kv-events: only --engine=vllm|sglang"},
 		{[]string{"--kv-events-replay=tcp://127.0.0.1:5657"}, "--kv-events-replay: only --engine=vllm|sglang"},
 		{[]string{"--engine=external", "--engine-url=http://e:1", "--dp-size=2"}, "--dp-size: only --engine=vllm|sglang"},
+		{[]string{"--state-dir=/tmp/x"}, "--state-dir: only --engine=vllm|sglang"},
 		{[]string{"--engine=vllm", "--engine-url=http://e:1", "--kv-blocks=10"}, "--kv-blocks: the simulated engine's pool size"},
 		{[]string{"--engine=sglang", "--engine-url=http://e:1", "--kv-events=tcp://127.0.0.1:5557", "--kv-events-listen=tcp://127.0.0.1:5557"},
 			"--kv-events and --kv-events-listen: give one"},

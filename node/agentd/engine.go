@@ -27,13 +27,13 @@ type engineSide struct {
 // the agent's). With --engine=external the engine is another process that calls NodeCache over
 // gRPC; nothing runs here, and --engine-url is what gets advertised. With --engine=vllm|sglang
 // the engine is another process whose KV events keep mirror in step (startMirror).
-func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, ann *announcer, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
+func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
 	switch cfg.Engine {
 	case engineExternal:
 		logger.Info("external engine", "url", cfg.EngineURL)
 		return engineSide{close: func() {}}, nil
 	case engineVLLM, engineSGLang:
-		return startMirror(ctx, cfg, mirror, ann, logger, reg)
+		return startMirror(ctx, cfg, mirror, restored, ann, logger, reg)
 	case engineSim:
 		sc := simengine.DefaultConfig()
 		sc.BlockSize = cfg.BlockSize
@@ -102,17 +102,27 @@ func resolveModel(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 // per data-parallel rank) and probes its health, load and process start time. The agent is
 // healthy while the engine is; a changed start time drops the mirror (a restart the event stream
 // may not show). The follower's restarts and completeness go to ann.
-func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
+func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
 	log := logger.With("component", "kvevents")
 	kc := cfg.kvEventsConfig()
 	kc.OnRestart, kc.OnComplete = ann.restarted, ann.completeChanged
+	kc.Restore = restored
 	f, err := kvevents.NewFollower(kc, mirror, log, reg)
 	if err != nil {
 		return engineSide{}, err
 	}
 	ann.coldFn = f.Cold // before Start: the hooks and ann's goroutine read it
-	f.Start(ctx)
 	probe := newEngineProbe(cfg.EngineURL, log, f.EngineRestarted)
+	if restored != nil {
+		probe.started = restored.EngineStart // another start time at the first probe: a restart meanwhile
+	}
+	var ckpt *checkpointer
+	if cfg.StateDir != "" {
+		if ckpt, err = startCheckpointer(ctx, *cfg, mirror, probe.startTime, log, reg); err != nil {
+			return engineSide{}, err
+		}
+	}
+	f.Start(ctx)
 	probe.start(ctx)
 	log.Info("mirroring the engine's KV events", "engine", cfg.Engine, "url", cfg.EngineURL,
 		"kv_events", cfg.kvEventsConfig().Endpoint, "listen", cfg.KVEventsListen != "", "replay", cfg.KVEventsReplay, "dp_size", cfg.DPSize)
@@ -120,6 +130,9 @@ func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, ann 
 		close: func() {
 			f.Close()
 			probe.wait()
+			if ckpt != nil {
+				ckpt.close()
+			}
 		},
 		load:    probe.load,
 		healthy: probe.healthy,

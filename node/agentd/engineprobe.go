@@ -78,6 +78,13 @@ func (p *engineProbe) wait() { p.wg.Wait() }
 
 func (p *engineProbe) healthy() bool { return p.ok.Load() }
 
+// startTime is the engine's process_start_time_seconds last seen (0 unknown).
+func (p *engineProbe) startTime() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}
+
 func (p *engineProbe) load() cluster.Load {
 	p.mu.Lock()
 	defer p.mu.Unlock()

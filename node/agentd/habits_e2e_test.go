@@ -32,17 +32,7 @@ func TestMirrorPublisherHabitsRealProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real processes")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "prefixmesh-node")
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./cmd/node")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildNode(t)
 	for _, c := range []struct {
 		name  string
 		sim   []string
@@ -104,9 +94,32 @@ func TestMirrorPublisherHabitsRealProcesses(t *testing.T) {
 	}
 }
 
+// buildNode builds prefixmesh-node into the test's temporary directory.
+func buildNode(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "prefixmesh-node")
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./cmd/node")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // startProc runs the node binary with args (on ephemeral loopback ports) until the test ends
 // and returns its addresses.
 func startProc(t *testing.T, ctx context.Context, bin string, args []string) map[string]string {
+	t.Helper()
+	a, _ := startProcCmd(t, ctx, bin, args)
+	return a
+}
+
+// startProcCmd is startProc that also returns the process (to kill it).
+func startProcCmd(t *testing.T, ctx context.Context, bin string, args []string) (map[string]string, *exec.Cmd) {
 	t.Helper()
 	af := filepath.Join(t.TempDir(), "addrs")
 	cmd := exec.Command(bin, append([]string{"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--addr-file=" + af}, args...)...)
@@ -118,7 +131,7 @@ func startProc(t *testing.T, ctx context.Context, bin string, args []string) map
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Process.Signal(os.Interrupt) // a no-op when the test killed it
 		select {
 		case <-done:
 		case <-time.After(testTimeout / 2):
@@ -131,7 +144,7 @@ func startProc(t *testing.T, ctx context.Context, bin string, args []string) map
 	})
 	for {
 		if a, err := addrfile.Read(af); err == nil && a["http"] != "" {
-			return a
+			return a, cmd
 		}
 		select {
 		case <-ctx.Done():

@@ -39,7 +39,7 @@ func TestHelmFlags(t *testing.T) {
 		"external, key and TLS":  join(common, []string{"--gossip-key-file=" + gossipKey}, tls, node, []string{"--engine=external", "--engine-url=http://127.0.0.1:8000"}),
 		"sim, pins from address": join(common, []string{"--insecure-gossip"}, node, []string{"--pins-addr=prefixmesh-router:7080"}),
 		"vllm, key and TLS": join(common, []string{"--gossip-key-file=" + gossipKey}, tls, mirrorNode, []string{"--engine=vllm", "--engine-url=http://10.0.0.7:8000",
-			"--kv-events-listen=tcp://127.0.0.1:5557", "--kv-events-replay=tcp://127.0.0.1:5657", "--kv-events-topic=", "--dp-size=1"}),
+			"--kv-events-listen=tcp://127.0.0.1:5557", "--kv-events-replay=tcp://127.0.0.1:5657", "--kv-events-topic=", "--dp-size=1", "--state-dir=/var/lib/prefixmesh/node"}),
 		"sglang, no replay, dialling": join(common, []string{"--insecure-gossip"}, mirrorNode, []string{"--engine=sglang", "--engine-url=http://10.0.0.7:30000",
 			"--kv-events=tcp://127.0.0.1:5557", "--kv-events-replay=", "--kv-events-topic=kv@", "--dp-size=2"}),
 	}

@@ -57,12 +57,13 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	// 1. The cache: the only authority on what this node holds (DESIGN.md §1). With a real
 	// engine (--engine=vllm|sglang) that is the engine's own cache, mirrored from its KV events.
 	var (
-		tree   *local.RadixTree
-		mirror *kvevents.Mirror
-		view   cacheView
+		tree     *local.RadixTree
+		mirror   *kvevents.Mirror
+		restored *kvevents.Checkpoint // with --state-dir, what the mirror was restored from
+		view     cacheView
 	)
 	if mirrored(cfg.Engine) {
-		mirror = kvevents.NewMirror(cfg.BlockSize)
+		mirror, restored = loadMirror(cfg, logger.With("component", "kvevents"))
 		view = mirror
 	} else {
 		tree = local.NewRadixTree(local.Options{})
@@ -136,7 +137,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	if mirror != nil {
 		ann = newAnnouncer(cacheSrv, logger.With("component", "kvevents"))
 	}
-	side, err := startEngine(engineCtx, &cfg, tree, mirror, ann, logger, reg, mux)
+	side, err := startEngine(engineCtx, &cfg, tree, mirror, restored, ann, logger, reg, mux)
 	if err != nil {
 		return fmt.Errorf("start engine: %w", err)
 	}

@@ -52,6 +52,11 @@ type Config struct {
 	// concurrently), the mirror already changed, and must not block.
 	OnRestart  func(rank int)
 	OnComplete func(rank int, complete bool)
+
+	// Restore, when set, is the checkpoint the mirror was rebuilt from (ReadCheckpoint): each
+	// rank with a position starts from it, cold, and checks what it missed first (see
+	// Follower).
+	Restore *Checkpoint
 }
 
 // DefaultConfig returns the defaults documented on Config, with vLLM's default endpoint as seen

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -57,9 +58,14 @@ type rankState struct {
 	dec       *Decoder
 	// rebuild: the mirror was just cleared as partial (the reason told); the next batch starts
 	// it again without another replay from 0.
-	rebuild   bool
-	r         string        // rank label
-	restarted chan struct{} // EngineRestarted's signal to the applier (buffered, 1)
+	rebuild bool
+	// restored: the rank starts from a checkpoint (sum is its last batch's xxhash), to be
+	// verified before anything else; acceptGap: the gap since it could not be replayed, so the
+	// next live batch continues the partial mirror instead of clearing it.
+	restored, acceptGap bool
+	sum                 uint64
+	r                   string        // rank label
+	restarted           chan struct{} // EngineRestarted's signal to the applier (buffered, 1)
 }
 
 // NewFollower validates cfg and builds a follower over mirror; metrics go to reg when not nil.
@@ -93,6 +99,16 @@ func NewFollower(cfg Config, mirror *Mirror, logger *slog.Logger, reg prometheus
 			restarted: make(chan struct{}, 1)})
 		met.complete.WithLabelValues(strconv.Itoa(r)).Set(0)
 		met.cold.WithLabelValues(strconv.Itoa(r)).Set(0)
+		if cfg.Restore != nil && r < len(cfg.Restore.Ranks) && cfg.Restore.Ranks[r].Have {
+			rs, ck := f.ranks[r], cfg.Restore.Ranks[r]
+			rs.have, rs.last, rs.dupFloor, rs.sum, rs.restored = true, ck.Last, ck.Last, ck.Sum, true
+			rs.complete.Store(ck.Complete)
+			rs.cold.Store(true) // until verifyRestored knows what happened meanwhile
+			if ck.Complete {
+				met.complete.WithLabelValues(rs.r).Set(1)
+			}
+			met.cold.WithLabelValues(rs.r).Set(1)
+		}
 	}
 	return f, nil
 }
@@ -265,6 +281,9 @@ func (f *Follower) EngineRestarted() {
 func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg) {
 	// The idle probe backs off (doubling up to maxIdleProbe) while probes find nothing, so a
 	// quiet engine is asked a few times a minute, not every IdleProbe; a batch resets it.
+	if rs.restored {
+		f.verifyRestored(ctx, rs)
+	}
 	every := f.cfg.IdleProbe
 	idle := time.NewTimer(every)
 	defer idle.Stop()
@@ -378,6 +397,60 @@ func (f *Follower) lossy(rs *rankState, seq uint64, what string) {
 	f.met.resyncs.WithLabelValues(rs.r, "decode").Inc()
 }
 
+// verifyRestored settles a rank restored from a checkpoint before its first live batch. The
+// replay socket is asked for the checkpoint's last batch: the same bytes mean the same engine
+// incarnation, and the gap since is replayed (exact, or as partial as before, and no longer
+// cold); other bytes, or a buffer that starts over, mean the engine restarted (the checkpoint
+// is dropped); a buffer that moved past it, no replay socket or no answer leave the restored
+// mirror partial with provisional copies (see Mirror), credited and no longer cold.
+func (f *Follower) verifyRestored(ctx context.Context, rs *rankState) {
+	rs.restored = false
+	if rs.replay == "" {
+		f.restoredPartial(rs, "there is no replay socket to replay what the engine did meanwhile")
+		return
+	}
+	last := rs.last
+	rctx, cancel := context.WithTimeout(ctx, f.cfg.ReplayTimeout)
+	first, n, complete, err := Replay(rctx, rs.replay, last, func(seq uint64, p []byte) error {
+		if seq == last && xxhash.Sum64(p) != rs.sum {
+			return errOtherEngine
+		}
+		return errStop
+	})
+	cancel()
+	switch {
+	case errors.Is(err, errOtherEngine) || (err == nil && complete && n == 0):
+		f.log.Warn("kv events: the engine restarted while the agent was down: dropping the checkpoint", "rank", rs.rank, "last", last)
+		f.reset(rs, "restart", "")
+	case errors.Is(err, errStop) && first == last:
+		switch f.replayFrom(ctx, rs, last+1) {
+		case replayOK:
+			rs.dupFloor = last
+			f.mirror.ConfirmRestored(rs.rank)
+			f.setCold(rs, false)
+			f.log.Info("kv events: restored from the checkpoint and replayed the gap", "rank", rs.rank, "from", last+1, "batches", rs.last-last)
+		case replayRestarted:
+			f.reset(rs, "restart", "")
+		default:
+			f.restoredPartial(rs, "the gap since the checkpoint could not be replayed")
+		}
+	case errors.Is(err, errStop):
+		f.restoredPartial(rs, "the engine's replay buffer no longer reaches back to the checkpoint")
+	default:
+		f.restoredPartial(rs, "the replay socket did not answer ("+fmt.Sprint(err)+")")
+	}
+}
+
+// restoredPartial keeps a restored mirror as partial: its provisional copies are credited until
+// the engine removes them, and one the engine evicted meanwhile is corrected when it stores the
+// block again; the next live batch continues it whatever its sequence.
+func (f *Follower) restoredPartial(rs *rankState, why string) {
+	rs.acceptGap = true
+	f.partial(rs, "checkpoint", "it was restored from a checkpoint and "+why)
+}
+
+var errOtherEngine = errors.New("the replayed batch differs from the checkpoint's")
+
 // maxIdleProbe caps the idle probe's back-off: a quiet engine's replay socket is asked at
 // least every 32 s, so a batch lost at the tail of a burst is found within that.
 const maxIdleProbe = 32 * time.Second
@@ -406,6 +479,12 @@ func (f *Follower) live(ctx context.Context, rs *rankState, seq uint64, payload 
 			return // the replay covered this batch too
 		}
 		if rs.have && rs.last+1 == seq {
+			rs.dupFloor = seq
+			f.applyBatch(rs, seq, payload)
+			return
+		}
+		if rs.acceptGap { // the checkpoint's gap, already told: continue the partial mirror
+			rs.acceptGap = false
 			rs.dupFloor = seq
 			f.applyBatch(rs, seq, payload)
 			return
@@ -505,7 +584,8 @@ func (f *Follower) setComplete(rs *rankState, ok bool) {
 // removals: the rank is rebuilt from the next batch on, partial.
 func (f *Follower) reset(rs *rankState, cause, why string) {
 	f.mirror.Clear(rs.rank)
-	rs.have, rs.last, rs.dupFloor = false, 0, 0
+	f.mirror.setSeq(rs.rank, RankSeq{})
+	rs.have, rs.last, rs.dupFloor, rs.acceptGap = false, 0, 0, false
 	if why != "" {
 		f.partial(rs, cause, why)
 		rs.rebuild = true
@@ -556,6 +636,7 @@ func (f *Follower) applyBatch(rs *rankState, seq uint64, payload []byte) {
 		f.met.fields.WithLabelValues(rs.r).Add(float64(b.Fields))
 	}
 	f.met.batches.WithLabelValues(rs.r).Inc()
+	f.mirror.setSeq(rs.rank, RankSeq{Have: true, Last: seq, Sum: xxhash.Sum64(payload), Complete: rs.complete.Load()})
 	if b.TS > 0 {
 		if lag := time.Since(time.Unix(0, int64(b.TS*1e9))); lag >= 0 {
 			f.met.lag.WithLabelValues(rs.r).Observe(lag.Seconds())

@@ -58,6 +58,7 @@ type Mirror struct {
 	gvis   map[rcKey]uint16
 	nvis   map[mkey]uint32 // visible nodes per (canonical hash, rank and group)
 	groups map[uint32][]uint16
+	seqs   map[int]RankSeq // each rank's position in its stream (checkpoints)
 }
 
 // rcKey is a canonical hash within one rank.
@@ -78,6 +79,7 @@ type MirrorStats struct {
 	WrongBlockSize uint64        // stored events with another block size than the node's
 	Cleared        uint64        // AllBlocksCleared events and resets applied
 	Cycles         uint64        // stored blocks that named a descendant as parent (dropped as corrupt)
+	Provisional    int           // GPU copies restored from a checkpoint, not confirmed since
 }
 
 // mkey identifies an engine block: its hash within one (rank, group).
@@ -111,12 +113,17 @@ type mnode struct {
 	prev   int32 // previous sibling
 	copies [numTiers]uint32
 	flags  uint8
+	// prov counts GPU copies restored from a checkpoint and not seen stored since: the engine
+	// may have evicted them while the agent was down. The engine storing the block again
+	// confirms one (it is not a new copy); a removal takes one away.
+	prov uint8
 }
 
 // NewMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
 func NewMirror(blockSize int) *Mirror {
 	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32),
-		gvis: make(map[rcKey]uint16), nvis: make(map[mkey]uint32), groups: make(map[uint32][]uint16)}
+		gvis: make(map[rcKey]uint16), nvis: make(map[mkey]uint32), groups: make(map[uint32][]uint16),
+		seqs: make(map[int]RankSeq)}
 	m.journal.Init(local.DefaultJournalCapacity)
 	return m
 }
@@ -164,7 +171,7 @@ func (m *Mirror) store(rank int, ev *Event) {
 	if len(ev.Tokens) == 0 { // an offload tier's location update for blocks already seen
 		for _, h := range ev.Hashes {
 			if i, ok := m.byKey[mkey{h, src}]; ok && m.nodes[i].flags&fKnown != 0 {
-				m.addCopy(i, tier)
+				m.storeCopy(i, tier)
 			} else {
 				m.stats.Unknown++
 			}
@@ -214,7 +221,7 @@ func (m *Mirror) store(rank int, ev *Event) {
 			}
 		}
 		lazy = false
-		m.addCopy(idx, tier)
+		m.storeCopy(idx, tier)
 		parent = idx
 	}
 }
@@ -512,6 +519,16 @@ func (m *Mirror) addGroup(rank uint32, g uint16) {
 	}
 }
 
+// storeCopy counts a stored copy, unless it confirms one restored from a checkpoint.
+func (m *Mirror) storeCopy(c int32, t Tier) {
+	if n := &m.nodes[c]; t == TierGPU && n.prov > 0 {
+		n.prov--
+		m.stats.Provisional--
+		return
+	}
+	m.addCopy(c, t)
+}
+
 func (m *Mirror) addCopy(c int32, t Tier) {
 	n := &m.nodes[c]
 	n.copies[t]++
@@ -536,6 +553,10 @@ func (m *Mirror) remove(rank int, ev *Event) {
 		}
 		n.copies[ev.Tier]--
 		m.stats.Tiers[ev.Tier]--
+		if ev.Tier == TierGPU && uint32(n.prov) > n.copies[TierGPU] {
+			n.prov--
+			m.stats.Provisional--
+		}
 		if ev.Tier == TierGPU && n.copies[TierGPU] == 0 {
 			m.refresh(c)
 		}
@@ -595,6 +616,7 @@ func (m *Mirror) clearLocked(rank int) {
 		for t := range n.copies {
 			m.stats.Tiers[t] -= int(n.copies[t])
 		}
+		m.stats.Provisional -= int(n.prov)
 		if n.flags&fKnown != 0 {
 			m.stats.Blocks--
 			if _, ok := m.pending[int32(i)]; ok {
