@@ -213,7 +213,7 @@ func TestRunRestoresMirrorFromStateDir(t *testing.T) {
 	agAddrs, stop := runAgent(t, ctx, ag)
 	complete(t, simAddrs["http"], old)
 	waitSame(pb.NewNodeCacheClient(dial(t, agAddrs["grpc"])), old)
-	stop() // writes the final checkpoint
+	stop()                                // writes the final checkpoint
 	complete(t, simAddrs["http"], during) // while the agent is down: replayed after the restart
 
 	agAddrs, _ = runAgent(t, ctx, ag)

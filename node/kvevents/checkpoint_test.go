@@ -157,7 +157,9 @@ func TestFollowerRestoreWithoutReplay(t *testing.T) {
 	defer pub.Close()
 	a, c := toks(1, 4), toks(40, 4)
 	m, f := restoreRun(t, ctx, pub, false, []Event{{Kind: KindStored, Hashes: []uint64{1}, Tokens: a, BlockSize: bs}},
-		func() { pub.Publish(2, []Event{{Kind: KindStored, Hashes: []uint64{9}, Tokens: toks(90, 4), BlockSize: bs}}) })
+		func() {
+			pub.Publish(2, []Event{{Kind: KindStored, Hashes: []uint64{9}, Tokens: toks(90, 4), BlockSize: bs}})
+		})
 	waitFor(t, "restored, partial, warm", func() bool {
 		return !f.Cold() && !f.Complete() && m.PeekMatchedTokens(a, bs, 0) == 4 && m.MirrorStats().Provisional == 1
 	})
