@@ -18,7 +18,7 @@ import (
 )
 
 // Tree is what the server needs from the node's cache: the PrefixCache contract plus the
-// counters and the summary journal that local.RadixTree keeps (DESIGN.md §3).
+// counters and the summary journal that local.RadixTree keeps (local/CONTRACT.md).
 type Tree interface {
 	local.PrefixCache
 	HitStats() local.HitStats
@@ -107,7 +107,7 @@ func New(tree Tree, cfg Config) (*Server, error) {
 }
 
 // Epoch is this incarnation's random identifier; a router that sees it change drops everything
-// it knew about the node (DESIGN.md §5).
+// it knew about the node (docs/architecture.md, "One cache change").
 func (s *Server) Epoch() uint64 { return s.epoch.Load() }
 
 // NewEpoch moves the server to a fresh random epoch (non-zero, not the current one) and returns

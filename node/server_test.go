@@ -98,7 +98,7 @@ func TestTreeRPCs(t *testing.T) {
 
 // TestRefcountBalance checks the holds of two overlapping sequences: while either holds a block
 // nothing of it is evicted, and once both released, Evict hands back exactly the blocks the
-// cache said it stored (spec §6), no more and no fewer.
+// cache said it stored (local/CONTRACT.md, "The caller's contract"), no more and no fewer.
 func TestRefcountBalance(t *testing.T) {
 	n := startNode(t, local.Options{})
 	c, ctx := n.client, testCtx(t)
@@ -266,7 +266,7 @@ func TestSnapshotRPCs(t *testing.T) {
 		t.Fatal("PromoteSnapshot(spilled key) = false")
 	}
 	if must(c.PromoteSnapshot(ctx, &pb.PromoteSnapshotRequest{Key: key, NewSlot: 10}))(t).GetPromoted() {
-		t.Fatal("PromoteSnapshot(resident key) = true, want false (DESIGN.md §3)")
+		t.Fatal("PromoteSnapshot(resident key) = true, want false (local/CONTRACT.md, Promote and forget)")
 	}
 	if m := lookup(); !m.GetHasSsmSnapshot() || m.GetSsmSnapshot() != 9 {
 		t.Fatalf("Lookup after promote = %v, want resident slot 9", m)

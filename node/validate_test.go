@@ -221,7 +221,7 @@ func (f *fakeStream) SetTrailer(metadata.MD)       {}
 
 // FuzzValidate decodes arbitrary bytes as the request of an arbitrary NodeCache method, as the
 // gRPC server would, and hands it to the handler without the recovering interceptor. The
-// property (STYLE.md §14): if validation accepts it, handling it does not panic; if validation
+// property: if validation accepts it, handling it does not panic; if validation
 // rejects it, the handler answers InvalidArgument. The cache is shared across inputs, so
 // sequences of calls build up state.
 func FuzzValidate(f *testing.F) {

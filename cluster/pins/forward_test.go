@@ -47,7 +47,7 @@ func blackHole(t *testing.T) string {
 	return lis.Addr().String()
 }
 
-// TestForwardToFrozenLeaderRetriesCAS is issue 15's frozen leader: a follower forwards a write
+// TestForwardToFrozenLeaderRetriesCAS is a frozen leader: a follower forwards a write
 // to a leader that has stopped answering (its gRPC a black hole, its Raft cut off); the others
 // elect a new leader, and the follower abandons the hung call and retries a compare-and-set there
 // within the caller's deadline. An unconditional write, whose retry could apply twice, fails as

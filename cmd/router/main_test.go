@@ -24,7 +24,7 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
-// TestHelpListsEverySubcommand: --help names every registered subcommand (issue 15).
+// TestHelpListsEverySubcommand: --help names every registered subcommand.
 func TestHelpListsEverySubcommand(t *testing.T) {
 	for _, arg := range []string{"help", "-h", "--help"} {
 		var out, errb bytes.Buffer

@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/routing/sim"
 )
 
 // Summary is the aggregate of one replay.
@@ -65,8 +67,8 @@ func Summarize(results []Result) Summary {
 			sum += t
 		}
 		s.TTFTMean = sum / time.Duration(n)
-		s.TTFTP50 = Percentile(ttfts, 0.50)
-		s.TTFTP99 = Percentile(ttfts, 0.99)
+		s.TTFTP50 = sim.Percentile(ttfts, 50)
+		s.TTFTP99 = sim.Percentile(ttfts, 99)
 		s.LatencyMean = latSum / time.Duration(n)
 	}
 	if estimated > 0 {
@@ -74,15 +76,6 @@ func Summarize(results []Result) Summary {
 		s.EstimateMAE = absErr / float64(estimated)
 	}
 	return s
-}
-
-// Percentile returns the nearest-rank q-quantile of sorted values (0 for none).
-func Percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(q*float64(len(sorted))+0.999999999) - 1
-	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
 // WriteTable prints summaries side by side, one column per named run.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -21,9 +22,18 @@ import (
 
 // ServeConfig is `prefixmesh-router serve`'s configuration; every field maps 1:1 to a flag.
 type ServeConfig struct {
-	// GRPCListen serves Router, Pins, grpc.health.v1 and reflection. Default 0.0.0.0:7080:
-	// clients are on other hosts, and 7080 sits beside the node agent's 7070.
+	// GRPCListen serves Router, Pins (whose writes change every router's placement),
+	// grpc.health.v1 and reflection. Default 127.0.0.1:7080 (7080 sits beside the node agent's
+	// 7070): without --tls-cert a non-loopback address is refused unless InsecureGRPC is set,
+	// as gossip is refused without a key.
 	GRPCListen string
+	// InsecureGRPC allows plaintext gRPC on a non-loopback address (never in production): the
+	// router then warns at start and on /healthz, and sets prefixmesh_router_grpc_plaintext.
+	InsecureGRPC bool
+	// MetricsListen, when set, serves /metrics on its own listener (and not on HTTPListen), so
+	// that a NetworkPolicy can open the OpenAI port to clients and the metrics port only to
+	// Prometheus. Default "": /metrics beside the front door.
+	MetricsListen string
 	// GRPCAdvertise is the gRPC address put in gossip metadata; default: the bound address.
 	GRPCAdvertise string
 	// HTTPListen serves the OpenAI-compatible front door, /metrics and /healthz. Default
@@ -33,7 +43,7 @@ type ServeConfig struct {
 	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
 	// Policy is the routing policy of both the front door and Route: prefixmesh, the expected
-	// time to first token under a bounded-load guard (DESIGN.md §6).
+	// time to first token under a bounded-load guard (routing/POLICIES.md).
 	Policy string
 	// LoadFactor is the bounded-load guard's c: 1.25, routing.DefaultPolicyConfig's (Mirrokni
 	// et al. 2016).
@@ -84,7 +94,9 @@ type ServeConfig struct {
 	// RaftAdvertise is the Raft address other routers dial; default: the listen address (an
 	// unspecified host is replaced by the gossip advertise host or the first private address).
 	RaftAdvertise string
-	// RaftDir holds the Raft log and snapshots: ./data/raft (Helm: the StatefulSet's volume).
+	// RaftDir holds the Raft log and snapshots: $XDG_STATE_HOME/prefixmesh/<node id>/raft
+	// (~/.local/state when unset), outside any checkout the router is started from (Helm: the
+	// StatefulSet's volume).
 	RaftDir string
 	// RaftBootstrapExpect is how many voter routers form a new pin cluster: 1 (default)
 	// bootstraps a one-voter cluster at once; N > 1 waits until gossip shows N voter routers,
@@ -119,7 +131,7 @@ func DefaultServeConfig() ServeConfig {
 		host = "prefixmesh-router"
 	}
 	return ServeConfig{
-		GRPCListen:          "0.0.0.0:7080",
+		GRPCListen:          "127.0.0.1:7080",
 		HTTPListen:          "0.0.0.0:8081",
 		NodeID:              host,
 		Policy:              routing.PolicyPrefixMesh,
@@ -132,7 +144,7 @@ func DefaultServeConfig() ServeConfig {
 		StreamIdleTimeout:   frontdoor.DefaultConfig().StreamIdleTimeout,
 		IndexMaxBytes:       256 << 20,
 		RaftListen:          "127.0.0.1:7000",
-		RaftDir:             "./data/raft",
+		RaftDir:             defaultRaftDir(host),
 		RaftBootstrapExpect: 1,
 		RaftVoter:           true,
 		LogLevel:            "info",
@@ -143,6 +155,39 @@ func DefaultServeConfig() ServeConfig {
 }
 
 var errServeConfig = errors.New("invalid configuration")
+
+// defaultRaftDir is the Raft directory of a router named nodeID: under the user's state
+// directory (XDG Base Directory: $XDG_STATE_HOME, else ~/.local/state), one per node id so two
+// routers on one host never share a log.
+func defaultRaftDir(nodeID string) string {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			base = filepath.Join(home, ".local", "state")
+		} else {
+			base = os.TempDir()
+		}
+	}
+	return filepath.Join(base, "prefixmesh", nodeID, "raft")
+}
+
+// plaintextGRPC reports whether gRPC serves without TLS on an address other hosts can reach.
+func (c ServeConfig) plaintextGRPC() bool {
+	return c.TLSCert == "" && !isLoopbackListen(c.GRPCListen)
+}
+
+// isLoopbackListen reports whether a host:port listen address binds only loopback.
+func isLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // raftEnabled reports whether this router runs a pin-store member.
 func (c ServeConfig) raftEnabled() bool { return c.RaftListen != "" && c.RaftVoter }
@@ -164,6 +209,12 @@ func (c ServeConfig) Validate() error {
 		if !strings.Contains(f.addr, ":") {
 			return bad("%s %q: want host:port", f.flag, f.addr)
 		}
+	}
+	if c.MetricsListen != "" && !strings.Contains(c.MetricsListen, ":") {
+		return bad("--metrics-listen %q: want host:port", c.MetricsListen)
+	}
+	if c.plaintextGRPC() && !c.InsecureGRPC {
+		return bad("--grpc-listen %s without --tls-cert would serve pin writes and Raft proposals in plaintext to the network: set --tls-cert/--tls-key, listen on loopback, or pass --insecure-grpc", c.GRPCListen)
 	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
@@ -284,6 +335,8 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen `host:port` (port 0 picks a free port)")
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address; a wildcard host is replaced by the gossip advertise host or the first private address)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
+	fs.BoolVar(&cfg.InsecureGRPC, "insecure-grpc", cfg.InsecureGRPC, "allow plaintext gRPC on a non-loopback --grpc-listen without --tls-cert (never in production)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "serve /metrics on this `host:port` instead of --http-listen")
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
