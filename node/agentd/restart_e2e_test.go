@@ -23,7 +23,9 @@ import (
 // through vLLM's cached-tokens rule) is taken just before the request and compared with the
 // cached_tokens the engine reports. The agent is killed after 6 s of load, restarted 2 s later,
 // and the share of exact requests is reported per window after the restart, three ways: with
-// --state-dir and the engine's replay socket, with --state-dir and no replay, and with neither.
+// --state-dir and the engine's replay socket, with --state-dir and no replay, and with neither
+// (the baseline). Over-credits (an estimate above cached_tokens: a block credited that the
+// engine did not hold) are counted too.
 // It takes about four minutes: run it with PREFIXMESH_RESTART_FIGURES=1.
 func TestAgentRestartRecoveryFigures(t *testing.T) {
 	if os.Getenv("PREFIXMESH_RESTART_FIGURES") == "" {
@@ -38,7 +40,7 @@ func TestAgentRestartRecoveryFigures(t *testing.T) {
 	}{
 		{"state dir, replay", true, true, 0.95},
 		{"state dir, no replay", false, true, 0.95},
-		{"no state dir, replay", true, false, 0}, // the baseline: nothing recovers the system prompt
+		{"no state dir, no replay", false, false, 0}, // the baseline: nothing recovers the system prompt
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -78,8 +80,8 @@ func TestAgentRestartRecoveryFigures(t *testing.T) {
 				return p
 			}
 			type outcome struct {
-				at    time.Duration // since the restart
-				exact bool
+				at          time.Duration // since the restart
+				exact, over bool
 			}
 			var outs []outcome
 			run := func(mc pb.NodeCacheClient, until time.Time, t0 time.Time, record bool) {
@@ -96,7 +98,7 @@ func TestAgentRestartRecoveryFigures(t *testing.T) {
 					}
 					cached := complete(t, sim["http"], p)
 					if record {
-						outs = append(outs, outcome{time.Since(t0), est == cached})
+						outs = append(outs, outcome{time.Since(t0), est == cached, est > cached})
 					}
 				}
 			}
@@ -112,6 +114,12 @@ func TestAgentRestartRecoveryFigures(t *testing.T) {
 			run(pb.NewNodeCacheClient(dial(t, ag["grpc"])), t0.Add(windows[len(windows)-1]), t0, true)
 
 			var line []string
+			over := 0
+			for _, o := range outs {
+				if o.over {
+					over++
+				}
+			}
 			from := time.Duration(0)
 			var share10to30 float64
 			for _, w := range windows {
@@ -134,7 +142,7 @@ func TestAgentRestartRecoveryFigures(t *testing.T) {
 				line = append(line, fmt.Sprintf("%v–%v: %.1f%% of %d", from, w, 100*share, n))
 				from = w
 			}
-			t.Logf("%s: exact after the restart: %s", mode.name, strings.Join(line, ", "))
+			t.Logf("%s: exact after the restart: %s; over-credited: %d of %d", mode.name, strings.Join(line, ", "), over, len(outs))
 			if share10to30 < mode.target {
 				t.Errorf("%s: %.1f%% exact 10–30 s after the restart, want ≥ %.0f%%", mode.name, 100*share10to30, 100*mode.target)
 			}

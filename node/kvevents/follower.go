@@ -307,11 +307,7 @@ func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg)
 				found = rs.have || !rs.complete.Load()
 				f.setComplete(rs, true)
 			}
-			if found {
-				every = f.cfg.IdleProbe
-			} else {
-				every = min(2*every, max(f.cfg.IdleProbe, maxIdleProbe))
-			}
+			every = nextIdleProbe(every, f.cfg.IdleProbe, found)
 			idle.Reset(every)
 			continue
 		case <-rs.restarted:
@@ -450,6 +446,15 @@ func (f *Follower) restoredPartial(rs *rankState, why string) {
 }
 
 var errOtherEngine = errors.New("the replayed batch differs from the checkpoint's")
+
+// nextIdleProbe is the idle probe's next interval: back to base after a probe that found
+// something, else doubled up to maxIdleProbe (or base, when that is longer).
+func nextIdleProbe(every, base time.Duration, found bool) time.Duration {
+	if found {
+		return base
+	}
+	return min(2*every, max(base, maxIdleProbe))
+}
 
 // maxIdleProbe caps the idle probe's back-off: a quiet engine's replay socket is asked at
 // least every 32 s, so a batch lost at the tail of a burst is found within that.

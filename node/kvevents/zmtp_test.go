@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,7 +45,8 @@ func TestReplayAbandonedLeavesNoGoroutines(t *testing.T) {
 	defer cancel()
 	pc := DefaultPublisherConfig()
 	pc.Endpoint, pc.Replay = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
-	p, err := NewPublisher(ctx, pc, nil)
+	var warns warnCounter
+	p, err := NewPublisher(ctx, pc, slog.New(&warns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +69,39 @@ func TestReplayAbandonedLeavesNoGoroutines(t *testing.T) {
 		}
 	}
 	waitGoroutines(t, base, "after 1,000 abandoned replays")
+	// A requester leaving mid-reply is ordinary: the publisher does not warn about it.
+	if n := warns.n.Load(); n != 0 {
+		t.Fatalf("the publisher logged %d warnings for requesters that left", n)
+	}
+}
+
+// warnCounter is a slog handler counting records at WARN and above.
+type warnCounter struct{ n atomic.Int64 }
+
+func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnCounter) Handle(context.Context, slog.Record) error    { w.n.Add(1); return nil }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler                { return w }
+
+// The idle probe backs off on a quiet engine: doubling from IdleProbe to 32 s while probes find
+// nothing, back to IdleProbe when one does.
+func TestIdleProbeBackoff(t *testing.T) {
+	base, every := 2*time.Second, 2*time.Second
+	var got []time.Duration
+	for range 6 {
+		every = nextIdleProbe(every, base, false)
+		got = append(got, every)
+	}
+	want := []time.Duration{4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 32 * time.Second, 32 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("back-off %v, want %v", got, want)
+	}
+	if nextIdleProbe(32*time.Second, base, true) != base {
+		t.Fatal("a probe that found something does not reset the interval")
+	}
+	if nextIdleProbe(time.Minute, time.Minute, false) != time.Minute {
+		t.Fatal("an IdleProbe above the cap is not kept")
+	}
 }
 
 // zmtpPeer is a raw TCP peer that speaks just enough ZMTP 3.0 (RFC 23) by hand to get through
