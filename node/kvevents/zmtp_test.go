@@ -277,3 +277,43 @@ func TestFollowerListenStrangerLeaves(t *testing.T) {
 		t.Fatalf("gaps %v, complete %v: the stranger interrupted the engine's stream", g, f.Complete())
 	}
 }
+
+// Follower.Close leaves nothing running: its SUB connections are closed and the library's
+// readers drained (a burst still queued in them included), its replay exchanges ended.
+func TestFollowerCloseLeavesNoGoroutines(t *testing.T) {
+	const bs = 4
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pc := DefaultPublisherConfig()
+	pc.Endpoint, pc.Replay = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
+	p, err := NewPublisher(ctx, pc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitGoroutines(t, runtime.NumGoroutine(), "publisher started")
+	base := runtime.NumGoroutine()
+	for round := 0; round < 3; round++ {
+		m := NewMirror(bs)
+		cfg := DefaultConfig()
+		cfg.Endpoint, cfg.Replay = p.Addr(), p.ReplayAddr()
+		f, err := NewFollower(cfg, m, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Start(ctx)
+		waitFor(t, "connected", f.Connected)
+		last := toks(1000*round, 4)
+		deadline := time.Now().Add(20 * time.Second)
+		for m.PeekMatchedTokens(last, bs, 0) != 4 {
+			if time.Now().After(deadline) {
+				t.Fatal("nothing mirrored")
+			}
+			for i := 0; i < 100; i++ { // a burst, some of it still queued when Close comes
+				p.Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{uint64(100000*round + i + 1)}, Tokens: toks(1000*round+4*i, 4), BlockSize: bs}})
+			}
+		}
+		f.Close()
+	}
+	waitGoroutines(t, base, "after three followers closed")
+}
