@@ -10,8 +10,8 @@ import (
 	"github.com/prefixmesh/prefixmesh/node"
 )
 
-// announcer tells routers what the KV-event follower learns about a mirrored engine (issue
-// 11). An engine restart (the follower dropped the mirror) moves the NodeCache server to a new
+// announcer tells routers what the KV-event follower learns about a mirrored engine. An engine
+// restart (the follower dropped the mirror) moves the NodeCache server to a new
 // epoch at once, so a router's GetSummary repair never pairs the new epoch with the old
 // cache; the gossip agent then announces that epoch, and routers drop everything they knew
 // about the old one. While any rank's mirror may hold blocks its engine no longer has

@@ -175,7 +175,7 @@ func DefaultConfig() Config {
 }
 
 // maxNodeID bounds --node-id: it travels in gossip metadata, which must fit 512 bytes with
-// everything else (DESIGN.md §5).
+// everything else.
 const maxNodeID = 128
 
 // errConfig is wrapped by every Validate error.

@@ -57,7 +57,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	}
 }
 
-// The real-engine flags (issue 11) map to the follower's configuration; without --model the
+// The real-engine flags map to the follower's configuration; without --model the
 // model is left for the engine to name.
 func TestEngineFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseConfig([]string{"--engine=vllm", "--engine-url=http://127.0.0.1:8000", "--kv-events-listen=tcp://0.0.0.0:5557",

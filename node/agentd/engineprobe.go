@@ -23,7 +23,7 @@ import (
 // give its load and its process start time (a change means the engine restarted, possibly
 // without a word on the event stream), and /v1/models names the model when --model is not set.
 const (
-	// probeInterval: 250 ms, so the load gossiped for the engine (DESIGN.md §5 refreshes load every
+	// probeInterval: 250 ms, so the load gossiped for the engine (gossip refreshes load every
 	// 200 ms) is at most a quarter second old and health follows the engine within half a second;
 	// two small GETs on loopback four times a second cost the engine nothing measurable.
 	probeInterval = 250 * time.Millisecond

@@ -42,7 +42,7 @@ const (
 	idleTimeout       = 2 * time.Minute  // keep-alive connections of routers are reused, then reaped
 )
 
-// Run is the node agent's life (STYLE.md §4): build in dependency order, start health as
+// Run is the node agent's life: build in dependency order, start health as
 // NOT_SERVING, serve, flip to SERVING, and when ctx ends (SIGTERM) drain in reverse within
 // cfg.DrainTimeout. It returns nil after a clean drain.
 func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// 1. The cache: the only authority on what this node holds (DESIGN.md §1). With a real
+	// 1. The cache: the only authority on what this node holds. With a real
 	// engine (--engine=vllm|sglang) that is the engine's own cache, mirrored from its KV events.
 	var (
 		tree     *local.RadixTree
@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conns, err := connstats.New(reg) // issue 15: garbage connections counted, not logged
+	conns, err := connstats.New(reg) // garbage connections counted, not logged
 	if err != nil {
 		return fmt.Errorf("connection metrics: %w", err)
 	}
@@ -114,7 +114,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	errLog, err := ratelog.ErrorLog(logger, reg) // issue 15: counted, a few lines per interval
+	errLog, err := ratelog.ErrorLog(logger, reg) // counted, a few lines per interval
 	if err != nil {
 		return fmt.Errorf("http error log metrics: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 // Mirror is the node's copy of an engine's prefix cache, rebuilt from its KV events. Blocks are
 // keyed by the engine's own hash (opaque; never recomputed) per (data-parallel rank, KV-cache
-// group); beside each, the mirror keeps the canonical chained hash (DESIGN.md §4) that routers
+// group); beside each, the mirror keeps the canonical chained hash that routers
 // compute from a prompt, derived from the parent's canonical hash and the block's tokens.
 //
 // A block is visible, i.e. in the summary the node gossips and matched by PeekMatchedTokens,
