@@ -11,14 +11,14 @@ import (
 )
 
 // announcer tells routers what the KV-event follower learns about a mirrored engine. An engine
-// restart (the follower dropped the mirror) moves the NodeCache server to a new
-// epoch at once, so a router's GetSummary repair never pairs the new epoch with the old
-// cache; the gossip agent then announces that epoch, and routers drop everything they knew
-// about the old one. While any rank's mirror may hold blocks its engine no longer has
-// (Follower.Cold: a reloaded checkpoint whose gap is not replayed yet), the node is flagged
-// cold; a partial mirror (a late join, an agent restart, a gap beyond replay) is a lower bound
-// of the engine's cache and is credited, so it is not cold. The follower's hooks only record and signal (they run on its appliers and must not
-// block); run gossips the changes.
+// restart (the follower dropped the mirror) moves the NodeCache server to a new epoch at once,
+// so a router's GetSummary repair never pairs the new epoch with the old cache; the gossip agent
+// then announces that epoch, and routers drop everything they knew about the old one. While any
+// rank's mirror may hold blocks its engine no longer has (Follower.Cold: a restored checkpoint
+// whose gap is not settled yet), the node is flagged cold; a partial mirror (a late join, an
+// agent restart, a gap beyond replay) is a lower bound of the engine's cache and is credited,
+// so it is not cold. The follower's hooks only record and signal (they run on its appliers and
+// must not block); run gossips the changes.
 type announcer struct {
 	srv     *node.Server
 	coldFn  func() bool   // the follower's Cold (one source of truth with its gauge)
