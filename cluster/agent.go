@@ -254,8 +254,8 @@ func (a *Agent) SetDraining(draining bool) error {
 	return a.updateMeta(func(m *Meta) { m.Draining = draining })
 }
 
-// SetCold updates the cold flag in this node's metadata (Meta.Cold: its summary is a lower
-// bound) and gossips it.
+// SetCold updates the cold flag in this node's metadata (Meta.Cold: its summary may
+// over-estimate its engine's cache) and gossips it.
 func (a *Agent) SetCold(cold bool) error {
 	return a.updateMeta(func(m *Meta) { m.Cold = cold })
 }

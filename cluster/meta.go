@@ -45,7 +45,7 @@ const maxMetaString = 255
 // before) and needs no new version.
 const (
 	metaFlagDraining = 1 << 0
-	metaFlagCold     = 1 << 1 // the node's mirror of its engine's cache is incomplete
+	metaFlagCold     = 1 << 1 // the node's mirror of its engine's cache may over-estimate it
 )
 
 // Meta is a member's metadata, carried by memberlist in its alive messages.
@@ -60,9 +60,10 @@ type Meta struct {
 	BlockSize  uint32 // tokens per KV block
 	KVCapacity uint64 // KV capacity in blocks
 	Draining   bool
-	// Cold: the node's view of its cache is incomplete (a mirrored engine's KV events were lost
-	// beyond replay, or the mirror has no clean baseline yet), so its summary is a lower bound.
-	// Routers still send it load but take no prefix affinity from it until it clears.
+	// Cold: the node's view of its cache may hold blocks the engine no longer has (a mirror
+	// reloaded from a checkpoint whose gap is not replayed yet), so its summary may over-estimate.
+	// Routers still send it load but take no prefix affinity from it until it clears. A partial
+	// mirror (late join, lost events beyond replay, rebuilt since) is a lower bound and not cold.
 	Cold bool
 }
 

@@ -10,18 +10,20 @@ import (
 	"github.com/prefixmesh/prefixmesh/node"
 )
 
-// announcer tells routers what the KV-event follower learns about a mirrored engine (issue
-// 11). An engine restart (the follower dropped the mirror) moves the NodeCache server to a new
-// epoch at once, so a router's GetSummary repair never pairs the new epoch with the old
-// cache; the gossip agent then announces that epoch, and routers drop everything they knew
-// about the old one (DESIGN.md §5). While any rank's mirror is incomplete, the node is flagged
-// cold. The follower's hooks only record and signal (they run on its appliers and must not
-// block); run gossips the changes.
+// announcer tells routers what the KV-event follower learns about a mirrored engine. An engine
+// restart (the follower dropped the mirror) moves the NodeCache server to a new epoch at once,
+// so a router's GetSummary repair never pairs the new epoch with the old cache; the gossip agent
+// then announces that epoch, and routers drop everything they knew about the old one. While any
+// rank's mirror may hold blocks its engine no longer has (Follower.Cold: a restored checkpoint
+// whose gap is not settled yet), the node is flagged cold; a partial mirror (a late join, an
+// agent restart, a gap beyond replay) is a lower bound of the engine's cache and is credited,
+// so it is not cold. The follower's hooks only record and signal (they run on its appliers and
+// must not block); run gossips the changes.
 type announcer struct {
-	srv      *node.Server
-	complete func() bool   // the follower's Complete (one source of truth with its gauge)
-	changed  chan struct{} // capacity 1: coalesces bursts (a restart flips completeness twice)
-	log      *slog.Logger
+	srv     *node.Server
+	coldFn  func() bool   // the follower's Cold (one source of truth with its gauge)
+	changed chan struct{} // capacity 1: coalesces bursts (a restart flips completeness twice)
+	log     *slog.Logger
 }
 
 func newAnnouncer(srv *node.Server, logger *slog.Logger) *announcer {
@@ -47,7 +49,7 @@ func (a *announcer) signal() {
 
 // cold reports whether the node is to be flagged cold now (never without a mirror: a nil
 // announcer).
-func (a *announcer) cold() bool { return a != nil && a.complete != nil && !a.complete() }
+func (a *announcer) cold() bool { return a != nil && a.coldFn != nil && a.coldFn() }
 
 // start gossips every change through agent until ctx ends; the returned function waits for
 // that. With no announcer or no agent (no --gossip-listen) there is nothing to gossip.

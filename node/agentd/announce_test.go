@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,9 +23,10 @@ import (
 // TestMirroredEngineEpochAndCold runs the real agent (Run, --engine vllm, binding its KV-event
 // socket, no replay) in a gossip cluster with a real router agent (memberlist, index, gRPC
 // repairs), and an engine publishing over ZMQ:
-//   - joined late (the first batch is not seq 0) without replay, the node is cold at the router;
-//     an AllBlocksCleared gives it a clean baseline and the flag goes;
-//   - a gap that cannot be replayed makes it cold again, the next clear warm;
+//   - joined late (the first batch is not seq 0) without replay, the node is partial: a lower
+//     bound, credited at the router, not cold;
+//   - a gap that cannot be replayed clears the mirror, which is rebuilt from the next batch on
+//     (what was stored before the gap is gone at the router), still not cold;
 //   - the engine restarts (its sequence starts over at 0): the node moves to a new epoch, the
 //     same in its metadata, Stats and GetSummary, whose summary holds only the new engine's
 //     blocks; the router drops the old ones as soon as it sees the new epoch (never crediting
@@ -130,26 +132,34 @@ func TestMirroredEngineEpochAndCold(t *testing.T) {
 		}
 	}
 
-	// Joined late, no replay: cold, although what it does see is mirrored. Until the
-	// subscription takes, batches are lost: send until one lands.
+	// Joined late, no replay: partial, a lower bound of the engine's cache, so credited and
+	// never cold. Until the subscription takes, batches are lost: send until one lands.
 	seq := uint64(40)
 	wait("a late batch mirrored", func() (bool, string) {
 		seq++
 		send(seq, stored(old, 100))
 		return est(old) == 2*bs, fmt.Sprintf("router estimates %d", est(old))
 	})
-	wait("cold after a late start", coldAtRouter(true))
+	wait("warm after a late start", coldAtRouter(false))
+	if _, st := httpGet(t, ctx, "http://"+addrs["http"]+"/metrics"); !strings.Contains(st, `prefixmesh_kvevents_partial_total{rank="0",reason="late_join"} 1`) {
+		t.Fatalf("no late_join partial counted:\n%s", st)
+	}
+
+	// A gap the engine cannot replay may have removed blocks: the mirror is cleared and rebuilt
+	// from the batch after the gap, partial again, and still warm.
+	mid := prompt(3000)
+	seq++
+	send(seq, stored(mid, 300))
+	wait("mid mirrored", func() (bool, string) { return est(mid) == 2*bs, fmt.Sprintf("estimate %d", est(mid)) })
+	seq += 3
+	send(seq, stored(old, 100))
+	wait("cleared by the gap, rebuilt after it", func() (bool, string) {
+		n, ok := atRouter()
+		return ok && !n.Meta.Cold && est(mid) == 0 && est(old) == 2*bs, fmt.Sprintf("cold %v, estimates %d %d", n.Meta.Cold, est(mid), est(old))
+	})
 	seq++
 	send(seq, kvevents.Event{Kind: kvevents.KindCleared}, stored(old, 100))
 	wait("warm after a clear", coldAtRouter(false))
-
-	// A gap the engine cannot replay: cold until the next clear.
-	seq += 3
-	send(seq, stored(old, 100))
-	wait("cold after a gap", coldAtRouter(true))
-	seq++
-	send(seq, kvevents.Event{Kind: kvevents.KindCleared}, stored(old, 100))
-	wait("warm again", coldAtRouter(false))
 	wait("old cache at the router", func() (bool, string) { return est(old) == 2*bs, fmt.Sprintf("estimate %d", est(old)) })
 	n0, _ := atRouter()
 	oldEpoch := n0.Meta.Epoch

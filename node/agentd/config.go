@@ -105,6 +105,10 @@ type Config struct {
 	// AddrFile, when set, receives the bound addresses once listening ("grpc=… http=…"), for
 	// scripts and tests that listen on port 0.
 	AddrFile string
+	// StateDir, with --engine=vllm|sglang, is where the agent checkpoints its mirror of the
+	// engine's cache (every 5 s and at exit) and restores it from when it restarts; "" keeps
+	// no state.
+	StateDir string
 	// ValidateOnly parses and validates the configuration, prints "ok" and exits (Helm tests).
 	ValidateOnly bool
 	// Sim tunes the simulated engine (--sim-*); ignored with --engine=external.
@@ -141,6 +145,10 @@ type SimConfig struct {
 	KVEventsTopic string
 	// KVEventsReplayTopic puts the topic frame into replay replies, as vLLM ≥ v0.26: true.
 	KVEventsReplayTopic bool
+	// KVEventsFirstSeq and KVEventsParentZero publish with other publishers' habits (a first
+	// sequence of 1, "no parent" as 0), to test a mirroring agent against them.
+	KVEventsFirstSeq   uint64
+	KVEventsParentZero bool
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -177,7 +185,7 @@ func DefaultConfig() Config {
 }
 
 // maxNodeID bounds --node-id: it travels in gossip metadata, which must fit 512 bytes with
-// everything else (DESIGN.md §5).
+// everything else.
 const maxNodeID = 128
 
 // errConfig is wrapped by every Validate error.
@@ -332,6 +340,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.PinsAddr, "pins-addr", cfg.PinsAddr, "router gRPC `host:port` to follow the pin table from (default: routers found in gossip)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish before closing them")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "with --engine=vllm|sglang: checkpoint the mirror of the engine's cache in this `directory` and restore it after a restart")
 	fs.DurationVar(&cfg.DrainNotice, "drain-notice", cfg.DrainNotice, "on SIGTERM, how long to announce draining (routers send nothing new) before leaving gossip; at most half of --drain-timeout")
 	fs.StringVar(&cfg.AddrFile, "addr-file", cfg.AddrFile, "write the bound addresses (\"grpc=… http=…\") to this `file` once listening")
 	fs.BoolVar(&cfg.ValidateOnly, "validate-only", cfg.ValidateOnly, "parse and validate flags, print \"ok\" and exit")
@@ -346,6 +355,8 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Sim.KVEventsHashes, "sim-kv-events-hashes", cfg.Sim.KVEventsHashes, "simulated engine: block hashes as int or bytes")
 	fs.StringVar(&cfg.Sim.KVEventsTopic, "sim-kv-events-topic", cfg.Sim.KVEventsTopic, "simulated engine: KV-event `topic`")
 	fs.BoolVar(&cfg.Sim.KVEventsReplayTopic, "sim-kv-events-replay-topic", cfg.Sim.KVEventsReplayTopic, "simulated engine: replay replies carry the topic frame (vLLM >= 0.26)")
+	fs.Uint64Var(&cfg.Sim.KVEventsFirstSeq, "sim-kv-events-first-seq", cfg.Sim.KVEventsFirstSeq, "simulated engine: the first KV-event sequence `number` (vLLM: 0; some emulators: 1)")
+	fs.BoolVar(&cfg.Sim.KVEventsParentZero, "sim-kv-events-parent-zero", cfg.Sim.KVEventsParentZero, "simulated engine: spell a first block's missing parent as 0 instead of nil")
 	cfg.Gossip.Register(fs)
 	return fs
 }
@@ -365,10 +376,36 @@ func parseConfig(args []string, output io.Writer) (Config, error) {
 	if mirrored(cfg.Engine) && !flagSet(fs, "model") {
 		cfg.Model = "" // ask the engine (GET /v1/models)
 	}
+	if err := refuseIgnored(fs, cfg.Engine); err != nil {
+		return Config{}, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// refuseIgnored rejects flags the engine mode would silently ignore, saying why: a setting
+// that does nothing is a misconfiguration the operator believes is in force.
+func refuseIgnored(fs *flag.FlagSet, engine string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", errConfig, fmt.Sprintf(format, args...))
+	}
+	if !mirrored(engine) {
+		for _, f := range []string{"kv-events", "kv-events-listen", "kv-events-replay", "kv-events-topic", "dp-size", "state-dir"} {
+			if flagSet(fs, f) {
+				return bad("--%s: only --engine=vllm|sglang mirrors an engine's KV events; --engine=%s would ignore it (the simulated engine publishes with --sim-kv-events*)", f, engine)
+			}
+		}
+		return nil
+	}
+	if flagSet(fs, "kv-blocks") {
+		return bad("--kv-blocks: the simulated engine's pool size; --engine=%s mirrors an engine that sizes its own KV cache", engine)
+	}
+	if flagSet(fs, "kv-events") && flagSet(fs, "kv-events-listen") {
+		return bad("--kv-events and --kv-events-listen: give one; the agent either dials the engine's PUB socket or binds one the engine dials")
+	}
+	return nil
 }
 
 // flagSet reports whether the flag was given (on the command line or in the flag file).

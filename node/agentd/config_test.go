@@ -57,7 +57,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	}
 }
 
-// The real-engine flags (issue 11) map to the follower's configuration; without --model the
+// The real-engine flags map to the follower's configuration; without --model the
 // model is left for the engine to name.
 func TestEngineFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseConfig([]string{"--engine=vllm", "--engine-url=http://127.0.0.1:8000", "--kv-events-listen=tcp://0.0.0.0:5557",
@@ -74,6 +74,38 @@ func TestEngineFlagsMapToConfig(t *testing.T) {
 	cfg, err = parseConfig([]string{"--engine=sglang", "--engine-url=http://e:30000", "--model=m"}, &bytes.Buffer{})
 	if err != nil || cfg.Model != "m" || cfg.kvEventsConfig().Endpoint != "tcp://127.0.0.1:5557" {
 		t.Fatalf("sglang: %+v %v", cfg, err)
+	}
+}
+
+// Flags a mode would ignore are refused at start, each with the reason.
+func TestRefuseIgnoredFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--engine=sim", "--kv-events=tcp://127.0.0.1:5557"}, "--kv-events: only --engine=vllm|sglang"},
+		{[]string{"--kv-events-replay=tcp://127.0.0.1:5657"}, "--kv-events-replay: only --engine=vllm|sglang"},
+		{[]string{"--engine=external", "--engine-url=http://e:1", "--dp-size=2"}, "--dp-size: only --engine=vllm|sglang"},
+		{[]string{"--state-dir=/tmp/x"}, "--state-dir: only --engine=vllm|sglang"},
+		{[]string{"--engine=vllm", "--engine-url=http://e:1", "--kv-blocks=10"}, "--kv-blocks: the simulated engine's pool size"},
+		{[]string{"--engine=sglang", "--engine-url=http://e:1", "--kv-events=tcp://127.0.0.1:5557", "--kv-events-listen=tcp://127.0.0.1:5557"},
+			"--kv-events and --kv-events-listen: give one"},
+		{[]string{"--engine=vllm", "--engine-url=http://e:1", "--kv-events=tcp://127.0.0.1:5557", "--kv-events-replay=tcp://127.0.0.1:5558", "--dp-size=2"},
+			"ranks use ports 5557-5558 and 5558-5559, which overlap"},
+	} {
+		_, err := parseConfig(c.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want %q", c.args, err, c.want)
+		}
+	}
+	// What the modes do read still parses.
+	for _, args := range [][]string{
+		{"--engine=sim", "--kv-blocks=10", "--sim-kv-events=tcp://127.0.0.1:0"},
+		{"--engine=vllm", "--engine-url=http://e:1", "--kv-events-listen=tcp://127.0.0.1:5557", "--kv-events-replay=tcp://127.0.0.1:5657", "--dp-size=4"},
+	} {
+		if _, err := parseConfig(args, &bytes.Buffer{}); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }
 

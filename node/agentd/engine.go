@@ -27,13 +27,13 @@ type engineSide struct {
 // the agent's). With --engine=external the engine is another process that calls NodeCache over
 // gRPC; nothing runs here, and --engine-url is what gets advertised. With --engine=vllm|sglang
 // the engine is another process whose KV events keep mirror in step (startMirror).
-func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, ann *announcer, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
+func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
 	switch cfg.Engine {
 	case engineExternal:
 		logger.Info("external engine", "url", cfg.EngineURL)
 		return engineSide{close: func() {}}, nil
 	case engineVLLM, engineSGLang:
-		return startMirror(ctx, cfg, mirror, ann, logger, reg)
+		return startMirror(ctx, cfg, mirror, restored, ann, logger, reg)
 	case engineSim:
 		sc := simengine.DefaultConfig()
 		sc.BlockSize = cfg.BlockSize
@@ -48,6 +48,7 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 		sc.KVEvents.Replay = cfg.Sim.KVEventsReplay
 		sc.KVEvents.Topic = cfg.Sim.KVEventsTopic
 		sc.KVEvents.ReplayTopicFrame = cfg.Sim.KVEventsReplayTopic
+		sc.KVEvents.FirstSeq, sc.KVEvents.ParentZero = cfg.Sim.KVEventsFirstSeq, cfg.Sim.KVEventsParentZero
 		if cfg.Sim.KVEventsLayout == "array" {
 			sc.KVEvents.Layout = kvevents.LayoutArray
 		} else {
@@ -77,33 +78,51 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 	}
 }
 
-// startMirror follows a real engine: it learns the served model from /v1/models unless --model
-// was given (waiting for the engine to come up), subscribes to its KV events (one subscription
+// resolveModel learns the served model from the engine's /v1/models when --model was not given,
+// waiting for the engine to come up; ctx (the agent's, so SIGTERM ends the wait) bounds it.
+func resolveModel(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+	if !mirrored(cfg.Engine) || cfg.Model != "" {
+		return nil
+	}
+	log := logger.With("component", "kvevents")
+	m, err := engineModel(ctx, cfg.EngineURL, log)
+	if err != nil {
+		return err
+	}
+	if len(m) > maxModelName {
+		return fmt.Errorf("engine model %q: longer than %d bytes", m, maxModelName)
+	}
+	cfg.Model = m
+	log.Info("engine model", "model", m)
+	return nil
+}
+
+// startMirror follows a real engine (its model already resolved, see resolveModel): it
+// subscribes to its KV events (one subscription
 // per data-parallel rank) and probes its health, load and process start time. The agent is
 // healthy while the engine is; a changed start time drops the mirror (a restart the event stream
 // may not show). The follower's restarts and completeness go to ann.
-func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
+func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
 	log := logger.With("component", "kvevents")
-	if cfg.Model == "" {
-		m, err := engineModel(ctx, cfg.EngineURL, log)
-		if err != nil {
-			return engineSide{}, err
-		}
-		if len(m) > maxModelName {
-			return engineSide{}, fmt.Errorf("engine model %q: longer than %d bytes", m, maxModelName)
-		}
-		cfg.Model = m
-		log.Info("engine model", "model", m)
-	}
 	kc := cfg.kvEventsConfig()
 	kc.OnRestart, kc.OnComplete = ann.restarted, ann.completeChanged
+	kc.Restore = restored
 	f, err := kvevents.NewFollower(kc, mirror, log, reg)
 	if err != nil {
 		return engineSide{}, err
 	}
-	ann.complete = f.Complete // before Start: the hooks and ann's goroutine read it
-	f.Start(ctx)
+	ann.coldFn = f.Cold // before Start: the hooks and ann's goroutine read it
 	probe := newEngineProbe(cfg.EngineURL, log, f.EngineRestarted)
+	if restored != nil {
+		probe.started = restored.EngineStart // another start time at the first probe: a restart meanwhile
+	}
+	var ckpt *checkpointer
+	if cfg.StateDir != "" {
+		if ckpt, err = startCheckpointer(ctx, *cfg, mirror, probe.startTime, log, reg); err != nil {
+			return engineSide{}, err
+		}
+	}
+	f.Start(ctx)
 	probe.start(ctx)
 	log.Info("mirroring the engine's KV events", "engine", cfg.Engine, "url", cfg.EngineURL,
 		"kv_events", cfg.kvEventsConfig().Endpoint, "listen", cfg.KVEventsListen != "", "replay", cfg.KVEventsReplay, "dp_size", cfg.DPSize)
@@ -111,6 +130,9 @@ func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, ann 
 		close: func() {
 			f.Close()
 			probe.wait()
+			if ckpt != nil {
+				ckpt.close()
+			}
 		},
 		load:    probe.load,
 		healthy: probe.healthy,

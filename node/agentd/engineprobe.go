@@ -23,7 +23,7 @@ import (
 // give its load and its process start time (a change means the engine restarted, possibly
 // without a word on the event stream), and /v1/models names the model when --model is not set.
 const (
-	// probeInterval: 250 ms, so the load gossiped for the engine (DESIGN.md §5 refreshes load every
+	// probeInterval: 250 ms, so the load gossiped for the engine (gossip refreshes load every
 	// 200 ms) is at most a quarter second old and health follows the engine within half a second;
 	// two small GETs on loopback four times a second cost the engine nothing measurable.
 	probeInterval = 250 * time.Millisecond
@@ -77,6 +77,13 @@ func (p *engineProbe) start(ctx context.Context) {
 func (p *engineProbe) wait() { p.wg.Wait() }
 
 func (p *engineProbe) healthy() bool { return p.ok.Load() }
+
+// startTime is the engine's process_start_time_seconds last seen (0 unknown).
+func (p *engineProbe) startTime() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}
 
 func (p *engineProbe) load() cluster.Load {
 	p.mu.Lock()

@@ -3,6 +3,7 @@ package agentd
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -107,4 +108,40 @@ func FuzzParseEngineMetrics(f *testing.F) {
 			t.Fatalf("a running gauge of 1e30 read as %d, want the saturated %d", huge.Running, uint32(math.MaxUint32))
 		}
 	})
+}
+
+// Waiting for a mirrored engine's /v1/models (no --model) honours the agent's context: a
+// SIGTERM while the engine is still loading stops the agent at once, cleanly.
+func TestRunStopsWhileWaitingForEngineModel(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		http.Error(w, "loading", http.StatusServiceUnavailable)
+	}))
+	defer engine.Close()
+	cfg := DefaultConfig()
+	cfg.GRPCListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Engine, cfg.EngineURL, cfg.Model = engineVLLM, engine.URL, ""
+	cfg.KVEvents = "tcp://127.0.0.1:1"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, io.Discard) }()
+	select {
+	case <-asked:
+	case <-time.After(testTimeout):
+		t.Fatal("the agent never asked the engine for its model")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the agent ignored its cancelled context while waiting for /v1/models")
+	}
 }

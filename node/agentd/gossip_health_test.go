@@ -16,7 +16,7 @@ import (
 
 // TestRunIsolatedGossipNotServing: a node agent whose seeds answer nobody reports NOT_SERVING
 // on grpc health and 503 with the reason on /healthz, logs at WARN and exports the isolation
-// (issue 15: it used to report healthy and log at DEBUG).
+// (it used to report healthy and log at DEBUG).
 func TestRunIsolatedGossipNotServing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

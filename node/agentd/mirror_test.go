@@ -165,3 +165,65 @@ func TestRunMirrorsEngine(t *testing.T) {
 		}
 	}
 }
+
+// With --state-dir a stopped agent leaves a checkpoint, and the next one starts from it: the
+// engine's cache before the restart is matched at once (the gap since replayed from the
+// engine's replay socket), including a prefix the engine never stores again.
+func TestRunRestoresMirrorFromStateDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	sim := DefaultConfig()
+	sim.GRPCListen, sim.HTTPListen, sim.NodeID = "127.0.0.1:0", "127.0.0.1:0", "engine"
+	sim.KVBlocks = 512
+	sim.Sim.PrefillTokensPerSec, sim.Sim.DecodeTokensPerSec = 1e9, 1e9
+	sim.Sim.KVEvents, sim.Sim.KVEventsReplay = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
+	simAddrs, _ := runAgent(t, ctx, sim)
+	engConn := pb.NewNodeCacheClient(dial(t, simAddrs["grpc"]))
+
+	ag := DefaultConfig()
+	ag.GRPCListen, ag.HTTPListen, ag.NodeID = "127.0.0.1:0", "127.0.0.1:0", "agent"
+	ag.Engine, ag.EngineURL, ag.Model = engineVLLM, "http://"+simAddrs["http"], "m"
+	ag.KVEvents, ag.KVEventsReplay = simAddrs["kvevents"], simAddrs["kvevents_replay"]
+	ag.StateDir = filepath.Join(t.TempDir(), "state")
+	prompt := func(base uint32) []uint32 {
+		p := make([]uint32, 100)
+		for i := range p {
+			p[i] = base + uint32(i)
+		}
+		return p
+	}
+	peek := func(c pb.NodeCacheClient, p []uint32) int {
+		r, err := c.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: p, BlockSize: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(r.GetMatchedTokens())
+	}
+	waitSame := func(c pb.NodeCacheClient, p []uint32) {
+		t.Helper()
+		deadline := time.Now().Add(testTimeout / 4)
+		for peek(c, p) != peek(engConn, p) || peek(c, p) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("mirror %d, engine %d", peek(c, p), peek(engConn, p))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	old, during := prompt(1000), prompt(9000)
+	agAddrs, stop := runAgent(t, ctx, ag)
+	complete(t, simAddrs["http"], old)
+	waitSame(pb.NewNodeCacheClient(dial(t, agAddrs["grpc"])), old)
+	stop()                                // writes the final checkpoint
+	complete(t, simAddrs["http"], during) // while the agent is down: replayed after the restart
+
+	agAddrs, _ = runAgent(t, ctx, ag)
+	mc := pb.NewNodeCacheClient(dial(t, agAddrs["grpc"]))
+	waitSame(mc, old)
+	waitSame(mc, during)
+	_, m := httpGet(t, ctx, "http://"+agAddrs["http"]+"/metrics")
+	for _, want := range []string{`prefixmesh_kvevents_mirror_complete{rank="0"} 1`, `prefixmesh_kvevents_mirror_cold{rank="0"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+}

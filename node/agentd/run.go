@@ -42,7 +42,7 @@ const (
 	idleTimeout       = 2 * time.Minute  // keep-alive connections of routers are reused, then reaped
 )
 
-// Run is the node agent's life (STYLE.md §4): build in dependency order, start health as
+// Run is the node agent's life: build in dependency order, start health as
 // NOT_SERVING, serve, flip to SERVING, and when ctx ends (SIGTERM) drain in reverse within
 // cfg.DrainTimeout. It returns nil after a clean drain.
 func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
@@ -54,15 +54,16 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// 1. The cache: the only authority on what this node holds (DESIGN.md §1). With a real
+	// 1. The cache: the only authority on what this node holds. With a real
 	// engine (--engine=vllm|sglang) that is the engine's own cache, mirrored from its KV events.
 	var (
-		tree   *local.RadixTree
-		mirror *kvevents.Mirror
-		view   cacheView
+		tree     *local.RadixTree
+		mirror   *kvevents.Mirror
+		restored *kvevents.Checkpoint // with --state-dir, what the mirror was restored from
+		view     cacheView
 	)
 	if mirrored(cfg.Engine) {
-		mirror = kvevents.NewMirror(cfg.BlockSize)
+		mirror, restored = loadMirror(cfg, logger.With("component", "kvevents"))
 		view = mirror
 	} else {
 		tree = local.NewRadixTree(local.Options{})
@@ -88,7 +89,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conns, err := connstats.New(reg) // issue 15: garbage connections counted, not logged
+	conns, err := connstats.New(reg) // garbage connections counted, not logged
 	if err != nil {
 		return fmt.Errorf("connection metrics: %w", err)
 	}
@@ -114,7 +115,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	errLog, err := ratelog.ErrorLog(logger, reg) // issue 15: counted, a few lines per interval
+	errLog, err := ratelog.ErrorLog(logger, reg) // counted, a few lines per interval
 	if err != nil {
 		return fmt.Errorf("http error log metrics: %w", err)
 	}
@@ -122,13 +123,22 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 
 	// 5. The engine. It outlives the HTTP drain (in-flight completions finish), so it gets its own
 	// context, cancelled only after the HTTP server has shut down.
+	// A mirrored engine named by its /v1/models is waited for here, under ctx: a SIGTERM while
+	// the engine loads its weights stops the agent at once.
+	if err := resolveModel(ctx, &cfg, logger); err != nil {
+		if ctx.Err() != nil {
+			logger.Info("stopped while waiting for the engine", "cause", context.Cause(ctx))
+			return nil
+		}
+		return fmt.Errorf("start engine: %w", err)
+	}
 	engineCtx, cancelEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelEngine()
 	var ann *announcer // a mirrored engine's restarts (new epoch) and completeness (cold) to routers
 	if mirror != nil {
 		ann = newAnnouncer(cacheSrv, logger.With("component", "kvevents"))
 	}
-	side, err := startEngine(engineCtx, &cfg, tree, mirror, ann, logger, reg, mux)
+	side, err := startEngine(engineCtx, &cfg, tree, mirror, restored, ann, logger, reg, mux)
 	if err != nil {
 		return fmt.Errorf("start engine: %w", err)
 	}

@@ -52,6 +52,11 @@ type Config struct {
 	// concurrently), the mirror already changed, and must not block.
 	OnRestart  func(rank int)
 	OnComplete func(rank int, complete bool)
+
+	// Restore, when set, is the checkpoint the mirror was rebuilt from (ReadCheckpoint): each
+	// rank with a position starts from it, cold, and checks what it missed first (see
+	// Follower).
+	Restore *Checkpoint
 }
 
 // DefaultConfig returns the defaults documented on Config, with vLLM's default endpoint as seen
@@ -90,8 +95,17 @@ func (c Config) Validate() error {
 		return bad("%s %q: %v", flag, c.Endpoint, err)
 	}
 	if c.Replay != "" {
-		if _, _, err := splitTCP(c.Replay); err != nil {
+		rh, rp, err := splitTCP(c.Replay)
+		if err != nil {
 			return bad("--kv-events-replay %q: %v", c.Replay, err)
+		}
+		// Rank r publishes on port + r and replays on replay port + r: the two runs of ports
+		// must not overlap (with 5557 and 5558 and two ranks, rank 1 would publish on rank 0's
+		// replay port).
+		h, p, _ := splitTCP(c.Endpoint)
+		if h == rh && p != 0 && rp != 0 && p < rp+c.DPSize && rp < p+c.DPSize {
+			return bad("%s %q and --kv-events-replay %q with --dp-size %d: ranks use ports %d-%d and %d-%d, which overlap; leave a gap of at least --dp-size (e.g. 5557 and 5657)",
+				flag, c.Endpoint, c.Replay, c.DPSize, p, p+c.DPSize-1, rp, rp+c.DPSize-1)
 		}
 	}
 	switch {

@@ -307,13 +307,6 @@ func runConformance(t *testing.T, args []string) {
 		t.Fatalf("peek past a removed interior block = %d, want 4", got)
 	}
 
-	// Unknown tags are skipped and counted; the batch's other events still apply.
-	py.do(map[string]any{"op": "unknown"})
-	waitFor(t, "unknown tag counted", func() bool {
-		return testutil.ToFloat64(f.met.skipped.WithLabelValues("0", "unknown_tag")) >= 1
-	})
-	converge(t, m, ref, "after an unknown event")
-
 	// Messages lost on the way (a PUB high-water-mark drop): a gap, then a replay.
 	py.do(map[string]any{"op": "drop", "n": 2})
 	var last pyReply
@@ -395,6 +388,24 @@ func runConformance(t *testing.T, args []string) {
 	if n := testutil.ToFloat64(f.met.decodeErrs.WithLabelValues("0")); n != 0 {
 		t.Fatalf("%v decode errors", n)
 	}
+
+	// An unknown tag inside a sequenced batch: what that event did is unknown (it may have
+	// removed blocks), so the batch is a gap no replay can fill: counted, the rank cleared and
+	// rebuilt from the batch's other events on, partial.
+	py.do(map[string]any{"op": "unknown"})
+	waitFor(t, "unknown tag counted as a lossy batch", func() bool {
+		return testutil.ToFloat64(f.met.skipped.WithLabelValues("0", "unknown_tag")) >= 1 &&
+			testutil.ToFloat64(f.met.lossy.WithLabelValues("0")) >= 1
+	})
+	ref = &refMirror{bs: bs, blocks: map[mkey]*refBlock{}}
+	converge(t, m, ref, "after an unknown event: cleared")
+	if f.Complete() {
+		t.Fatal("complete after a batch with an unknown event")
+	}
+	tk = toks(30000, 8)
+	r = py.do(map[string]any{"op": "store", "tokens": toJSONTokens(tk)})
+	apply(storeEvent(r, nil, tk, bs, "", ""))
+	converge(t, m, ref, "rebuilt after the unknown event")
 }
 
 // checkSGLangChain recomputes SGLang's page hashes in Go: sha256(previous digest ‖ tokens as

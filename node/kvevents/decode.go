@@ -356,6 +356,12 @@ func (d *Decoder) field(ev *Event, name string, b *Batch) error {
 		if err != nil {
 			return err
 		}
+		if ok && h == 0 && isInt(c) {
+			// "No parent" spelled as the integer 0 rather than nil, in either layout: some
+			// publishers do (emulators from the llm-d tooling), and a real 64-bit block hash
+			// is 0 with probability 2^-64.
+			return nil
+		}
 		ev.Parent, ev.HasParent, ev.bad = h, ok, ev.bad || !ok
 		return nil
 	case "token_ids":
@@ -418,8 +424,35 @@ func (d *Decoder) field(ev *Event, name string, b *Batch) error {
 			ev.Salted = true
 		}
 		return d.skip()
-	default: // kv_cache_spec_kind, sliding window, session_id, locality, …: not needed to match
-		if name != "kv_cache_spec_kind" && name != "kv_cache_spec_sliding_window" && name != "session_id" {
+	case "kv_cache_spec_kind":
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return err
+		}
+		if c == msgpcode.Nil {
+			return d.dec.DecodeNil()
+		}
+		k, ok, err := d.readKey()
+		if err != nil {
+			return err
+		}
+		if ok {
+			ev.Spec = specOf(k)
+		} else {
+			ev.Spec = SpecOther
+		}
+		return nil
+	case "kv_cache_spec_sliding_window":
+		v, ok, err := d.readInt()
+		if err != nil {
+			return err
+		}
+		if ok && v > 0 && v <= MaxTokensPerEvent*64 {
+			ev.Window = int(v)
+		}
+		return nil
+	default: // session_id, locality, …: not needed to match
+		if name != "session_id" {
 			b.Fields++
 		}
 		return d.skip()

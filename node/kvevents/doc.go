@@ -1,4 +1,4 @@
-// Package kvevents mirrors a real engine's prefix cache from its KV events (DESIGN.md §9): vLLM
+// Package kvevents mirrors a real engine's prefix cache from its KV events: vLLM
 // and SGLang publish every change to their cache on a ZMQ PUB socket as msgpack batches,
 // [topic, seq (8 bytes big-endian), payload], where the payload is [ts, events, dp_rank] and an
 // event is BlockStored, BlockRemoved or AllBlocksCleared, as a tagged positional array or a map
@@ -10,7 +10,11 @@
 // PeekMatchedTokens and keeps the summary journal the gossip agent publishes, so it stands in for
 // the node's local.RadixTree. Follower runs one subscription per data-parallel rank and keeps the
 // mirror in order: gaps are replayed from the engine's ROUTER replay socket, a sequence that goes
-// back drops the mirror, and a stream that cannot be recovered is cleared and rebuilt, marked
-// incomplete. Publisher and Encoder are the producing side, vLLM's wire format exactly: the
-// simulated engine publishes its cache changes with them.
+// back drops the mirror, and a stream that cannot be recovered (or a batch that does not decode
+// whole) is cleared and rebuilt, partial: a lower bound of the engine's cache, still credited.
+// A mirror is cold (no affinity from it) only while it may hold blocks the engine lost: one
+// restored from a checkpoint (checkpoint.go) until the gap since is settled. Publisher and
+// Encoder are the producing side, vLLM's wire format exactly: the simulated engine publishes its
+// cache changes with them. Every socket goes through a guarded ZMQ transport (zmtp.go) that caps
+// frame sizes, bounds handshakes and drains go-zeromq's readers before a socket closes.
 package kvevents

@@ -36,8 +36,11 @@ const (
 type Encoder struct {
 	Layout Layout
 	Hashes HashFormat
-	buf    bytes.Buffer
-	enc    *msgpack.Encoder
+	// ParentZero writes a first block's missing parent as the integer 0 instead of nil, as some
+	// non-vLLM publishers do.
+	ParentZero bool
+	buf        bytes.Buffer
+	enc        *msgpack.Encoder
 }
 
 // NewEncoder returns an encoder for layout and hash format.
@@ -48,16 +51,28 @@ func NewEncoder(layout Layout, hashes HashFormat) *Encoder {
 	return e
 }
 
-// Encode returns the payload of a batch [ts, events, rank]; the bytes are valid until the next
-// call. Only the fields Event carries are written (lora_id and the spec fields as nil or absent).
+// Encode returns the payload of a batch, [ts, events, rank] in LayoutArray and {"ts", "events",
+// "data_parallel_rank"} in LayoutMap (vLLM's EventBatch struct, msgspec's field order); the
+// bytes are valid until the next call. Only the fields Event carries are written (lora_id and
+// the spec fields as nil or absent). With ParentZero, "no parent" is written as 0 instead of nil.
 func (e *Encoder) Encode(ts float64, events []Event, rank int) []byte {
 	e.buf.Reset()
 	enc := e.enc
-	_ = enc.EncodeArrayLen(3)
-	_ = enc.EncodeFloat64(ts)
+	if e.Layout == LayoutMap {
+		_ = enc.EncodeMapLen(3)
+		_ = enc.EncodeString("ts")
+		_ = enc.EncodeFloat64(ts)
+		_ = enc.EncodeString("events")
+	} else {
+		_ = enc.EncodeArrayLen(3)
+		_ = enc.EncodeFloat64(ts)
+	}
 	_ = enc.EncodeArrayLen(len(events))
 	for i := range events {
 		e.event(&events[i])
+	}
+	if e.Layout == LayoutMap {
+		_ = enc.EncodeString("data_parallel_rank")
 	}
 	_ = enc.EncodeInt(int64(rank))
 	return e.buf.Bytes()
@@ -157,6 +172,10 @@ func (e *Encoder) event(ev *Event) {
 
 func (e *Encoder) parent(ev *Event) {
 	if !ev.HasParent {
+		if e.ParentZero {
+			_ = e.enc.EncodeUint(0)
+			return
+		}
 		_ = e.enc.EncodeNil()
 		return
 	}

@@ -78,8 +78,36 @@ type Event struct {
 	Salted bool
 	// Group is the KV-cache group (hybrid models); 0 without one.
 	Group int
+	// Spec is the group's kind from kv_cache_spec_kind (SpecUnset when absent), Window its
+	// kv_cache_spec_sliding_window in tokens (0 when absent).
+	Spec   SpecKind
+	Window int
 	// bad: a field had the wrong type or range; the event is skipped and counted.
 	bad bool
+}
+
+// SpecKind is a KV-cache group's attention type, from vLLM's kv_cache_spec_kind.
+type SpecKind uint8
+
+// Spec kinds. vLLM names them after its KVCacheSpec classes (vllm/v1/kv_cache_interface.py).
+const (
+	SpecUnset   SpecKind = iota // no kv_cache_spec_kind (older vLLM, SGLang)
+	SpecFull                    // "full_attention"
+	SpecSliding                 // "sliding_window" (and chunked local attention)
+	SpecMamba                   // "mamba"
+	SpecOther                   // any other name
+)
+
+func specOf(s string) SpecKind {
+	switch s {
+	case "full_attention":
+		return SpecFull
+	case "sliding_window", "chunked_local_attention":
+		return SpecSliding
+	case "mamba":
+		return SpecMamba
+	}
+	return SpecOther
 }
 
 // Batch is one decoded message: its sequence number and its events.

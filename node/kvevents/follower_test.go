@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // freePorts returns a base port with n consecutive free ports after it (checked by binding them
@@ -276,4 +277,70 @@ func TestFollowerHooks(t *testing.T) {
 	if !f.Complete() {
 		t.Fatal("a restart at seq 0 is not complete")
 	}
+}
+
+// A sequenced batch that does not decode whole is a gap: it may have removed blocks the mirror
+// still holds, and replay would return the same bytes, so the rank is cleared, counted
+// (gaps, lossy batches, a "decode" resync) and rebuilt from the batch's decodable events on,
+// partial, never exact.
+func TestFollowerLossyBatchIsGap(t *testing.T) {
+	const bs = 4
+	port := freePorts(t, 1)
+	m := NewMirror(bs)
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
+	f, err := NewFollower(cfg, m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx)
+	defer f.Close()
+	waitFor(t, "listening", f.Connected)
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	if err := pub.Dial(cfg.Endpoint); err != nil {
+		t.Fatal(err)
+	}
+	sendRaw := func(seq uint64, payload []byte) {
+		var s8 [8]byte
+		putSeq(s8[:], seq)
+		if err := pub.SendMulti(zmq4.NewMsgFrom([]byte{}, s8[:], payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := NewEncoder(LayoutArray, HashInt)
+	a, b, c := toks(1, 4), toks(20, 4), toks(40, 4)
+	// seq 0 until the subscription takes (a clean start: complete).
+	deadline := time.Now().Add(20 * time.Second)
+	for m.PeekMatchedTokens(a, bs, 0) != 4 {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing mirrored")
+		}
+		sendRaw(0, e.Encode(1, []Event{{Kind: KindCleared}, {Kind: KindStored, Hashes: []uint64{7}, Tokens: a, BlockSize: bs}}, 0))
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, "complete", f.Complete)
+	// seq 1 is not msgpack at all (0xc1 is never used).
+	sendRaw(1, []byte{0xc1, 0x00})
+	waitFor(t, "the undecodable batch clears the rank", func() bool {
+		return m.PeekMatchedTokens(a, bs, 0) == 0 && !f.Complete() &&
+			testutil.ToFloat64(f.met.lossy.WithLabelValues("0")) == 1 && testutil.ToFloat64(f.met.gaps.WithLabelValues("0")) == 1 &&
+			testutil.ToFloat64(f.met.resyncs.WithLabelValues("0", "decode")) == 1
+	})
+	// seq 2 holds a malformed event (block_hashes a string) beside a good one: the good one is
+	// kept on the cleared mirror.
+	good := e.Encode(1, []Event{{Kind: KindStored, Hashes: []uint64{8}, Tokens: b, BlockSize: bs}}, 0)
+	sendRaw(2, append([]byte(nil), good...))
+	waitFor(t, "b mirrored", func() bool { return m.PeekMatchedTokens(b, bs, 0) == 4 })
+	bad := enc(t, []any{1.0, []any{
+		[]any{"BlockStored", "not-a-list", nil, []int{1, 2, 3, 4}, bs},
+		[]any{"BlockStored", []uint64{9}, nil, []int{40, 41, 42, 43}, bs},
+	}, 0})
+	sendRaw(3, bad)
+	waitFor(t, "the malformed event clears the rank, the good one applies", func() bool {
+		return m.PeekMatchedTokens(b, bs, 0) == 0 && m.PeekMatchedTokens(c, bs, 0) == 4 &&
+			testutil.ToFloat64(f.met.lossy.WithLabelValues("0")) == 2 && !f.Complete()
+	})
 }

@@ -18,6 +18,10 @@ type metrics struct {
 	resyncs    *prometheus.CounterVec // by cause: gap, restart, start
 	lag        *prometheus.HistogramVec
 	complete   *prometheus.GaugeVec
+	cold       *prometheus.GaugeVec
+	partial    *prometheus.CounterVec // partial transitions by reason
+	lossy      *prometheus.CounterVec // batches not applied whole
+	peerEnds   *prometheus.CounterVec // --kv-events-listen: peer connections that ended
 }
 
 func newMetrics(reg prometheus.Registerer, mir *Mirror) (*metrics, error) {
@@ -39,15 +43,23 @@ func newMetrics(reg prometheus.Registerer, mir *Mirror) (*metrics, error) {
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "replays_total",
 			Help: "Replay requests, by result: ok, short (the buffer no longer reaches back), failed."}, []string{"rank", "result"}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "resyncs_total",
-			Help: "Mirror resets, by cause: restart (sequence went back), gap (not replayable), start (joined late)."}, []string{"rank", "cause"}),
+			Help: "Mirror resets, by cause: restart (sequence went back), gap (not replayable), decode (a batch not applied whole), start (joined late)."}, []string{"rank", "cause"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "lag_seconds",
 			Help:    "Time from the engine's batch timestamp to its application in the mirror.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, rank),
 		complete: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "mirror_complete",
-			Help: "1 when the rank's mirror started from the engine's first batch (or a clear), 0 while it is a partial rebuild (cold)."}, rank),
+			Help: "1 when the rank's mirror saw every batch since the engine's first (or a clear): exact; 0 while it is partial, a lower bound."}, rank),
+		cold: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "mirror_cold",
+			Help: "1 while the rank's mirror may hold blocks the engine no longer has (a reloaded checkpoint awaiting replay): routers take no affinity from the node."}, rank),
+		partial: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "partial_total",
+			Help: "Times a rank's mirror became partial (a lower bound), by reason: late_join, gap, decode, checkpoint."}, []string{"rank", "reason"}),
+		lossy: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lossy_batches_total",
+			Help: "Sequenced batches not applied whole (undecodable, or a malformed or unknown event): each is a gap."}, rank),
+		peerEnds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "peer_disconnects_total",
+			Help: "With --kv-events-listen: peer connections that ended (the engine reconnecting, or a stranger); the subscription stays up."}, rank),
 	}
 	cs := []prometheus.Collector{m.batches, m.events, m.skipped, m.fields, m.decodeErrs, m.gaps, m.replays, m.resyncs, m.lag, m.complete,
-		mirrorCollector{mir}}
+		m.cold, m.partial, m.lossy, m.peerEnds, mirrorCollector{mir}}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register kvevents metrics: %w", err)
@@ -67,10 +79,13 @@ var (
 	descUnknown = prometheus.NewDesc("prefixmesh_kvevents_unknown_hash_events_total", "Removals or tier updates naming a hash the mirror does not hold.", nil, nil)
 	descUnalign = prometheus.NewDesc("prefixmesh_kvevents_unaligned_events_total", "Stored events whose tokens do not line up with their hashes (kept, never matched).", nil, nil)
 	descWrongBS = prometheus.NewDesc("prefixmesh_kvevents_wrong_block_size_events_total", "Stored events with another block size than --block-size (kept, never matched).", nil, nil)
+	descUnder   = prometheus.NewDesc("prefixmesh_kvevents_underrun_events_total", "Removals of a tier the block held no copy on (the mirror missed its store: a late join or a lost batch).", nil, nil)
+	descCleared = prometheus.NewDesc("prefixmesh_kvevents_cleared_total", "AllBlocksCleared events and mirror resets applied.", nil, nil)
+	descCycles  = prometheus.NewDesc("prefixmesh_kvevents_cycle_events_total", "Stored blocks that named a descendant as parent (dropped as corrupt).", nil, nil)
 )
 
 func (c mirrorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBlocks, descTier, descVisible, descOrphans, descUnknown, descUnalign, descWrongBS} {
+	for _, d := range []*prometheus.Desc{descBlocks, descTier, descVisible, descOrphans, descUnknown, descUnalign, descWrongBS, descUnder, descCleared, descCycles} {
 		ch <- d
 	}
 }
@@ -86,4 +101,7 @@ func (c mirrorCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUnknown, prometheus.CounterValue, float64(s.Unknown))
 	ch <- prometheus.MustNewConstMetric(descUnalign, prometheus.CounterValue, float64(s.Unaligned))
 	ch <- prometheus.MustNewConstMetric(descWrongBS, prometheus.CounterValue, float64(s.WrongBlockSize))
+	ch <- prometheus.MustNewConstMetric(descUnder, prometheus.CounterValue, float64(s.Underrun))
+	ch <- prometheus.MustNewConstMetric(descCleared, prometheus.CounterValue, float64(s.Cleared))
+	ch <- prometheus.MustNewConstMetric(descCycles, prometheus.CounterValue, float64(s.Cycles))
 }

@@ -10,17 +10,29 @@ import (
 
 // Mirror is the node's copy of an engine's prefix cache, rebuilt from its KV events. Blocks are
 // keyed by the engine's own hash (opaque; never recomputed) per (data-parallel rank, KV-cache
-// group); beside each, the mirror keeps the canonical chained hash (DESIGN.md §4) that routers
+// group); beside each, the mirror keeps the canonical chained hash that routers
 // compute from a prompt, derived from the parent's canonical hash and the block's tokens.
 //
 // A block is visible, i.e. in the summary the node gossips and matched by PeekMatchedTokens,
 // exactly when the engine would match it: it is held on the GPU (at least one copy; the same
 // hash stored twice is two copies and is removed twice), it has no extra keys beyond its LoRA
 // adapter (a block with multimodal ids, a cache salt or prompt embeddings never matches a request
-// without them), it belongs to KV-cache group 0, and its parent is the root or visible. So a
+// without them), and its parent is the root or visible. So a
 // removed interior block ends every match there, as in the engine, and its still-cached
 // children become visible again if it is stored again. A block whose parent was never reported
 // (late join, lost message) is kept but not visible until its chain reaches the root.
+//
+// A model with several KV-cache groups (vLLM's hybrid allocator: full attention beside sliding
+// window or Mamba layers; group_idx in the events) gets a hit only as far as every group
+// agrees: vLLM's HybridKVCacheCoordinator.find_longest_cache_hit (vllm/v1/core/
+// kv_cache_coordinator.py) shortens the full-attention hit until each other group's manager
+// (SlidingWindowManager, MambaManager in vllm/v1/core/single_type_kv_cache_manager.py) also
+// accepts that length. The mirror credits a block only while every group the rank reported
+// holds it, in a chain from the root: then each group's finder accepts that length (a full
+// attention prefix, a sliding window's last blocks, Mamba's last block all present), so the
+// credit is a lower bound of the engine's hit. Full attention decides the chain; the other
+// groups can only shorten it. vLLM's own hit can be longer (a sliding-window group need not hold
+// blocks outside its window), which the mirror does not claim.
 //
 // Mirror is safe for concurrent use: one lock guards it, the summary journal included, so the
 // summary is always exactly the set PeekMatchedTokens matches. It satisfies node.Tree (read-only:
@@ -40,6 +52,19 @@ type Mirror struct {
 	journal local.Journal
 	stack   []int32
 	stats   MirrorStats
+	// Hybrid models (several KV-cache groups): a canonical hash is credited for a rank (counted
+	// in canon) only while it is visible in every group the rank has reported, gvis counting
+	// the groups it is visible in, groups the rank's groups (see Mirror).
+	gvis   map[rcKey]uint16
+	nvis   map[mkey]uint32 // visible nodes per (canonical hash, rank and group)
+	groups map[uint32][]uint16
+	seqs   map[int]RankSeq // each rank's position in its stream (checkpoints)
+}
+
+// rcKey is a canonical hash within one rank.
+type rcKey struct {
+	canon uint64
+	rank  uint32
 }
 
 // MirrorStats are the mirror's levels and counters.
@@ -54,6 +79,7 @@ type MirrorStats struct {
 	WrongBlockSize uint64        // stored events with another block size than the node's
 	Cleared        uint64        // AllBlocksCleared events and resets applied
 	Cycles         uint64        // stored blocks that named a descendant as parent (dropped as corrupt)
+	Provisional    int           // GPU copies restored from a checkpoint, not confirmed since
 }
 
 // mkey identifies an engine block: its hash within one (rank, group).
@@ -87,11 +113,17 @@ type mnode struct {
 	prev   int32 // previous sibling
 	copies [numTiers]uint32
 	flags  uint8
+	// prov counts GPU copies restored from a checkpoint and not seen stored since: the engine
+	// may have evicted them while the agent was down. The engine storing the block again
+	// confirms one (it is not a new copy); a removal takes one away.
+	prov uint8
 }
 
 // NewMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
 func NewMirror(blockSize int) *Mirror {
-	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32)}
+	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32),
+		gvis: make(map[rcKey]uint16), nvis: make(map[mkey]uint32), groups: make(map[uint32][]uint16),
+		seqs: make(map[int]RankSeq)}
 	m.journal.Init(local.DefaultJournalCapacity)
 	return m
 }
@@ -139,7 +171,7 @@ func (m *Mirror) store(rank int, ev *Event) {
 	if len(ev.Tokens) == 0 { // an offload tier's location update for blocks already seen
 		for _, h := range ev.Hashes {
 			if i, ok := m.byKey[mkey{h, src}]; ok && m.nodes[i].flags&fKnown != 0 {
-				m.addCopy(i, tier)
+				m.storeCopy(i, tier)
 			} else {
 				m.stats.Unknown++
 			}
@@ -148,7 +180,8 @@ func (m *Mirror) store(rank int, ev *Event) {
 	}
 	bs := ev.BlockSize
 	aligned := bs > 0 && len(ev.Tokens) == len(ev.Hashes)*bs
-	match := ev.Group == 0 && !ev.Salted && aligned
+	match := !ev.Salted && aligned
+	m.addGroup(uint32(rank), uint16(ev.Group))
 	if !aligned {
 		m.stats.Unaligned++
 	} else if bs != m.blockSize {
@@ -188,7 +221,7 @@ func (m *Mirror) store(rank int, ev *Event) {
 			}
 		}
 		lazy = false
-		m.addCopy(idx, tier)
+		m.storeCopy(idx, tier)
 		parent = idx
 	}
 }
@@ -361,9 +394,7 @@ func (m *Mirror) show(c int32) {
 		m.stack = m.stack[:len(m.stack)-1]
 		n := &m.nodes[x]
 		n.flags |= fVisible
-		if m.canon[n.canon]++; m.canon[n.canon] == 1 {
-			m.journal.Emit(n.canon, true)
-		}
+		m.groupShow(n.key.src, n.canon)
 		for k := n.first; k != noNode; k = m.nodes[k].next {
 			if m.nodes[k].flags&fVisible == 0 && m.shouldShow(k) {
 				m.stack = append(m.stack, k)
@@ -379,18 +410,123 @@ func (m *Mirror) hide(c int32) {
 		m.stack = m.stack[:len(m.stack)-1]
 		n := &m.nodes[x]
 		n.flags &^= fVisible
-		if v := m.canon[n.canon]; v <= 1 {
-			delete(m.canon, n.canon)
-			m.journal.Emit(n.canon, false)
-		} else {
-			m.canon[n.canon] = v - 1
-		}
+		m.groupHide(n.key.src, n.canon)
 		for k := n.first; k != noNode; k = m.nodes[k].next {
 			if m.nodes[k].flags&fVisible != 0 {
 				m.stack = append(m.stack, k)
 			}
 		}
 	}
+}
+
+// credit and uncredit count a canonical hash in the summary (over ranks).
+func (m *Mirror) credit(h uint64) {
+	if m.canon[h]++; m.canon[h] == 1 {
+		m.journal.Emit(h, true)
+	}
+}
+
+func (m *Mirror) uncredit(h uint64) {
+	if v := m.canon[h]; v <= 1 {
+		delete(m.canon, h)
+		m.journal.Emit(h, false)
+	} else {
+		m.canon[h] = v - 1
+	}
+}
+
+// groupShow and groupHide track a node of src becoming visible or hidden with canonical hash
+// h. With one group (every non-hybrid model) they count it in the summary directly; with
+// several, nvis counts the visible nodes per group and gvis the groups holding h, and h is
+// credited once for the rank while every group holds it.
+func (m *Mirror) groupShow(src uint32, h uint64) {
+	rank := src >> 16
+	n := len(m.groups[rank])
+	if n <= 1 {
+		m.credit(h)
+		return
+	}
+	gk := mkey{h, src}
+	if m.nvis[gk]++; m.nvis[gk] > 1 {
+		return
+	}
+	k := rcKey{h, rank}
+	v := m.gvis[k] + 1
+	m.gvis[k] = v
+	if int(v) == n {
+		m.credit(h)
+	}
+}
+
+func (m *Mirror) groupHide(src uint32, h uint64) {
+	rank := src >> 16
+	n := len(m.groups[rank])
+	if n <= 1 {
+		m.uncredit(h)
+		return
+	}
+	gk := mkey{h, src}
+	if c := m.nvis[gk]; c > 1 {
+		m.nvis[gk] = c - 1
+		return
+	}
+	delete(m.nvis, gk)
+	k := rcKey{h, rank}
+	v := m.gvis[k]
+	if int(v) == n {
+		m.uncredit(h)
+	}
+	if v <= 1 {
+		delete(m.gvis, k)
+	} else {
+		m.gvis[k] = v - 1
+	}
+}
+
+// addGroup records that rank reports KV-cache group g. A second group turns on the hybrid rule:
+// what was credited from the first alone is counted per group and uncredited until the new
+// group holds it too.
+func (m *Mirror) addGroup(rank uint32, g uint16) {
+	gs := m.groups[rank]
+	for _, x := range gs {
+		if x == g {
+			return
+		}
+	}
+	was := len(gs)
+	m.groups[rank] = append(gs, g)
+	if was == 0 {
+		return
+	}
+	if was == 1 { // the rank's visible nodes were credited directly: count them per group now
+		for i := range m.nodes {
+			n := &m.nodes[i]
+			if n.flags&fVisible == 0 || n.key.src>>16 != rank {
+				continue
+			}
+			gk := mkey{n.canon, n.key.src}
+			if m.nvis[gk]++; m.nvis[gk] == 1 {
+				m.gvis[rcKey{n.canon, rank}]++
+			}
+			m.uncredit(n.canon) // one credit per visible node in single-group counting
+		}
+		return // no hash is in both groups yet
+	}
+	for k, v := range m.gvis {
+		if k.rank == rank && int(v) == was {
+			m.uncredit(k.canon)
+		}
+	}
+}
+
+// storeCopy counts a stored copy, unless it confirms one restored from a checkpoint.
+func (m *Mirror) storeCopy(c int32, t Tier) {
+	if n := &m.nodes[c]; t == TierGPU && n.prov > 0 {
+		n.prov--
+		m.stats.Provisional--
+		return
+	}
+	m.addCopy(c, t)
 }
 
 func (m *Mirror) addCopy(c int32, t Tier) {
@@ -417,6 +553,10 @@ func (m *Mirror) remove(rank int, ev *Event) {
 		}
 		n.copies[ev.Tier]--
 		m.stats.Tiers[ev.Tier]--
+		if ev.Tier == TierGPU && uint32(n.prov) > n.copies[TierGPU] {
+			n.prov--
+			m.stats.Provisional--
+		}
 		if ev.Tier == TierGPU && n.copies[TierGPU] == 0 {
 			m.refresh(c)
 		}
@@ -465,6 +605,9 @@ func (m *Mirror) clearLocked(rank int) {
 			m.hide(int32(i))
 		}
 	}
+	// The groups are learnt again from the next events (a restarted engine may serve another
+	// model); every hash of the rank was hidden above, so no count is left behind.
+	delete(m.groups, uint32(rank))
 	for i := range m.nodes {
 		if !mine(i) {
 			continue
@@ -473,6 +616,7 @@ func (m *Mirror) clearLocked(rank int) {
 		for t := range n.copies {
 			m.stats.Tiers[t] -= int(n.copies[t])
 		}
+		m.stats.Provisional -= int(n.prov)
 		if n.flags&fKnown != 0 {
 			m.stats.Blocks--
 			if _, ok := m.pending[int32(i)]; ok {

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,6 +16,8 @@ func (m *Mirror) check() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	counts := map[uint64]uint32{}
+	perGroup := map[rcKey]int{} // groups of the rank a hash is visible in
+	seen := map[mkey]bool{}     // (hash, rank and group) counted
 	blocks, orphans, withParent, children := 0, 0, 0, 0
 	var tiers [numTiers]int
 	for k, i := range m.byKey {
@@ -51,10 +54,20 @@ func (m *Mirror) check() error {
 			return fmt.Errorf("node %d visible=%v, rule says %v", i, !want, want)
 		}
 		if n.flags&fVisible != 0 {
-			counts[n.canon]++
+			if len(m.groups[n.key.src>>16]) <= 1 {
+				counts[n.canon]++
+			} else if !seen[mkey{n.canon, n.key.src}] {
+				seen[mkey{n.canon, n.key.src}] = true
+				perGroup[rcKey{n.canon, n.key.src >> 16}]++
+			}
 		}
 		if n.first == noNode && n.copies == ([numTiers]uint32{}) {
 			return fmt.Errorf("node %d has no copies and no children but was not freed", i)
+		}
+	}
+	for k, v := range perGroup { // credited once where visible in every group of the rank
+		if v == len(m.groups[k.rank]) {
+			counts[k.canon]++
 		}
 	}
 	if withParent != children {
@@ -78,6 +91,7 @@ func (m *Mirror) check() error {
 type refMirror struct {
 	bs     int
 	blocks map[mkey]*refBlock
+	groups map[int]map[int]bool // rank → KV-cache groups reported since its last clear
 }
 
 type refBlock struct {
@@ -99,6 +113,7 @@ func (r *refMirror) apply(rank int, ev *Event) {
 				delete(r.blocks, k)
 			}
 		}
+		delete(r.groups, rank)
 	case KindRemoved:
 		for _, h := range ev.Hashes {
 			b := r.blocks[mkey{h, src}]
@@ -124,6 +139,16 @@ func (r *refMirror) apply(rank int, ev *Event) {
 			}
 			return
 		}
+		if len(ev.Hashes) == 0 {
+			return
+		}
+		if r.groups == nil {
+			r.groups = map[int]map[int]bool{}
+		}
+		if r.groups[rank] == nil {
+			r.groups[rank] = map[int]bool{}
+		}
+		r.groups[rank][ev.Group] = true
 		aligned := ev.BlockSize == r.bs && len(ev.Tokens) == len(ev.Hashes)*r.bs
 		parent, has := ev.Parent, ev.HasParent
 		for i, h := range ev.Hashes {
@@ -131,7 +156,7 @@ func (r *refMirror) apply(rank int, ev *Event) {
 			b := r.blocks[k]
 			if b == nil || b.tokens == nil && !b.match && b.gpu == 0 && b.other == 0 {
 				b = &refBlock{parent: parent, hasParent: has, adapter: AdapterID(ev.LoRAName)}
-				b.match = aligned && ev.Group == 0 && !ev.Salted && (len(ev.Extra) == 0 || ev.Extra[i] != extraOther)
+				b.match = aligned && !ev.Salted && (len(ev.Extra) == 0 || ev.Extra[i] != extraOther)
 				if aligned {
 					b.tokens = ev.Tokens[i*r.bs : (i+1)*r.bs : (i+1)*r.bs]
 				}
@@ -153,12 +178,27 @@ func (r *refMirror) apply(rank int, ev *Event) {
 	}
 }
 
-// summary is the set of canonical hashes the engine would match from the root.
+// summary is the set of canonical hashes the engine would match from the root: in a rank with
+// several KV-cache groups, those every group holds.
 func (r *refMirror) summary() []uint64 {
-	set := map[uint64]bool{}
+	type rg struct {
+		h    uint64
+		rank int
+	}
+	in := map[rg]map[int]bool{}
 	for k := range r.blocks {
 		if h, ok := r.canon(k, 0); ok {
-			set[h] = true
+			x := rg{h, int(k.src >> 16)}
+			if in[x] == nil {
+				in[x] = map[int]bool{}
+			}
+			in[x][int(k.src&0xffff)] = true
+		}
+	}
+	set := map[uint64]bool{}
+	for x, gs := range in {
+		if len(gs) >= len(r.groups[x.rank]) {
+			set[x.h] = true
 		}
 	}
 	out := make([]uint64, 0, len(set))
@@ -212,6 +252,7 @@ func TestMirrorModel(t *testing.T) {
 		parentOf := map[uint64]uint64{}   // … and one parent (0: the root)
 		shapeOf := map[uint64]Event{}     // … and one group, salt and extra key
 		var since uint64
+		var twin *Mirror // the mirror restored from a checkpoint
 		for step := 0; step < 400; step++ {
 			var ev Event
 			rank := 0
@@ -308,6 +349,34 @@ func TestMirrorModel(t *testing.T) {
 			ref.apply(rank, &ev)
 			if err := m.check(); err != nil {
 				t.Fatalf("seed %d step %d (%v): %v", seed, step, ev.Kind, err)
+			}
+			// Half way, a checkpoint is written and read back; from then on the restored
+			// mirror (its copies confirmed, as after a replayed gap) gets the same events and
+			// must agree with the original after each.
+			if step == 200 {
+				restored, ck, err := ReadCheckpoint(bytes.NewReader(m.AppendCheckpoint(nil, 2, 1.5)), bs, 2)
+				if err != nil {
+					t.Fatalf("seed %d: read checkpoint: %v", seed, err)
+				}
+				if ck.EngineStart != 1.5 || len(ck.Ranks) != 2 {
+					t.Fatalf("seed %d: checkpoint %+v", seed, ck)
+				}
+				restored.ConfirmRestored(0)
+				restored.ConfirmRestored(1)
+				twin = restored
+			} else if twin != nil {
+				twin.Apply(rank, &ev)
+			}
+			if twin != nil {
+				if err := twin.check(); err != nil {
+					t.Fatalf("seed %d step %d: restored mirror: %v", seed, step, err)
+				}
+				if a, b := sortedSnapshot(m), sortedSnapshot(twin); !slices.Equal(a, b) {
+					t.Fatalf("seed %d step %d: restored mirror's summary %x, original %x", seed, step, b, a)
+				}
+				if twin.MirrorStats().Provisional != 0 {
+					t.Fatalf("seed %d: provisional copies after ConfirmRestored", seed)
+				}
 			}
 			got, want := sortedSnapshot(m), ref.summary()
 			if !slices.Equal(got, want) {

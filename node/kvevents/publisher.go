@@ -33,6 +33,10 @@ type PublisherConfig struct {
 	QueueLen int
 	// Rank is stamped into each batch (data_parallel_rank).
 	Rank int
+	// Other publishers' habits, for tests of the subscriber: FirstSeq is the first sequence
+	// number (vLLM's is 0; some emulators start at 1), ParentZero spells "no parent" as 0.
+	FirstSeq   uint64
+	ParentZero bool
 }
 
 // DefaultPublisherConfig returns vLLM's defaults, bound on loopback.
@@ -76,15 +80,16 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig, logger *slog.Logger)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Publisher{cfg: cfg, log: logger, cancel: cancel, enc: NewEncoder(cfg.Layout, cfg.Hashes),
-		q: make(chan zmq4.Msg, cfg.QueueLen)}
+		q: make(chan zmq4.Msg, cfg.QueueLen), seq: cfg.FirstSeq}
+	p.enc.ParentZero = cfg.ParentZero
 	p.pub = zmq4.NewPub(ctx)
-	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+	if err := p.pub.Listen(zmqEndpoint(cfg.Endpoint)); err != nil {
 		cancel()
 		return nil, fmt.Errorf("kv events publisher: bind %s: %w", cfg.Endpoint, err)
 	}
 	if cfg.Replay != "" {
 		p.router = zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("prefixmesh-replay")))
-		if err := p.router.Listen(cfg.Replay); err != nil {
+		if err := p.router.Listen(zmqEndpoint(cfg.Replay)); err != nil {
 			_ = p.pub.Close()
 			cancel()
 			return nil, fmt.Errorf("kv events publisher: bind replay %s: %w", cfg.Replay, err)
@@ -194,8 +199,10 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 			var seq8 [8]byte
 			putSeq(seq8[:], s.seq)
 			if err := p.router.SendMulti(p.reply(id, seq8[:], s.payload)); err != nil {
+				// The requester left before the end (a subscriber that only wanted the first
+				// batch): ordinary, not worth a warning.
 				if ctx.Err() == nil {
-					p.log.Warn("replay send", "err", err)
+					p.log.Debug("replay send: the requester left", "err", err)
 				}
 				break
 			}
@@ -207,7 +214,7 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 			endMsg = zmq4.NewMsgFrom(id, []byte{}, []byte{}, end[:], []byte{})
 		}
 		if err := p.router.SendMulti(endMsg); err != nil && ctx.Err() == nil {
-			p.log.Warn("replay send", "err", err)
+			p.log.Debug("replay send: the requester left", "err", err)
 		}
 	}
 }

@@ -122,17 +122,34 @@ const (
 // received and the number of batches. ctx bounds the exchange: an engine that finds the request
 // invalid does not answer at all.
 func Replay(ctx context.Context, endpoint string, from uint64, fn func(seq uint64, payload []byte) error) (first uint64, n int, complete bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	sock := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0))
-	// The socket's reader: the only goroutine calling Recv; it ends when the socket closes.
+	// The socket lives on its own context so that, when the exchange ends early (fn stops it,
+	// ctx ends, the reply goes quiet), its connection can be closed and the library's reader
+	// drained before the socket closes (zmtp.go): an abandoned reply leaves nothing behind.
+	conns := &connSet{}
+	sctx, scancel := context.WithCancel(withConnSet(context.WithoutCancel(ctx), conns))
+	sock := zmq4.NewDealer(sctx, zmq4.WithDialerMaxRetries(0))
+	// The socket's reader: the only goroutine calling Recv; it hands replies over until the
+	// exchange is abandoned, then discards them until the library's last (error) message.
 	msgs := make(chan zmq4.Msg, 64)
 	readerDone := make(chan struct{})
+	abandon := make(chan struct{})
 	defer func() {
-		cancel()
+		close(abandon)
+		conns.closeAll()
+		select {
+		case <-readerDone:
+		case <-time.After(drainTimeout):
+		}
+		scancel()
 		_ = sock.Close()
 		<-readerDone
 	}()
-	if err := sock.Dial(endpoint); err != nil {
+	stopDial := context.AfterFunc(ctx, scancel) // ctx bounds the dial and handshake
+	err = sock.Dial(zmqEndpoint(endpoint))
+	if !stopDial() {
+		err = errors.Join(err, context.Cause(ctx))
+	}
+	if err != nil {
 		close(readerDone)
 		return 0, 0, false, fmt.Errorf("dial replay %s: %w", endpoint, err)
 	}
@@ -146,8 +163,7 @@ func Replay(ctx context.Context, endpoint string, from uint64, fn func(seq uint6
 			}
 			select {
 			case msgs <- msg:
-			case <-ctx.Done():
-				return
+			case <-abandon: // discard: the exchange is over
 			}
 		}
 	}()

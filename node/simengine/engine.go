@@ -168,6 +168,17 @@ func (e *Engine) KVEventsAddr() string {
 	return e.events.pub.Addr()
 }
 
+// kvEventsDropped is the publisher's Dropped count (0 when not publishing).
+func (e *Engine) kvEventsDropped() uint64 {
+	e.mu.Lock()
+	ev := e.events
+	e.mu.Unlock()
+	if ev == nil {
+		return 0
+	}
+	return ev.pub.Dropped()
+}
+
 // KVEventsReplayAddr is the bound replay endpoint ("" when not serving replay).
 func (e *Engine) KVEventsReplayAddr() string {
 	if e.events == nil {

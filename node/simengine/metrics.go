@@ -48,6 +48,9 @@ func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
 		gauge("queued_prefill_tokens", "Uncached prompt tokens not yet prefilled.", func(l Load) int { return l.QueuedPrefillTokens }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "evicted_blocks_total",
 			Help: "Cached KV blocks evicted to make room."}, func() float64 { return float64(e.PoolStats().Evicted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "kv_events_dropped_total",
+			Help: "KV event batches not sent live because the publisher's queue was full (kept for replay)."},
+			func() float64 { return float64(e.kvEventsDropped()) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

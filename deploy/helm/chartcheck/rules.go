@@ -284,12 +284,21 @@ func checkEngineFlags(kind string, eng, agent *corev1.Container, nodeFlags []str
 		}
 		return ""
 	}
-	sub, _ := flagValue(nodeFlags, "--kv-events")
+	sub, dials := flagValue(nodeFlags, "--kv-events")
+	listen, listens := flagValue(nodeFlags, "--kv-events-listen")
 	replay, _ := flagValue(nodeFlags, "--kv-events-replay")
 	topic, _ := flagValue(nodeFlags, "--kv-events-topic")
+	// vLLM's and SGLang's publishers bind an endpoint holding "*" and connect to any other
+	// (ZmqEventPublisher._socket_setup): an agent that listens needs an engine that connects to
+	// that very address, an agent that dials needs an engine that binds.
+	binds := strings.Contains(kv.Endpoint, "*")
 	switch {
-	case port(kv.Endpoint) != port(sub):
+	case listens && (binds || kv.Endpoint != listen):
+		return fmt.Errorf("node: the agent listens on %s (--kv-events-listen), but the engine's endpoint is %s, not a connect to it", listen, kv.Endpoint)
+	case dials && (!binds || port(kv.Endpoint) != port(sub)):
 		return fmt.Errorf("node: the engine publishes on %s, the agent subscribes to %s", kv.Endpoint, sub)
+	case !listens && !dials:
+		return errors.New("node: the agent has neither --kv-events nor --kv-events-listen")
 	case port(kv.Replay) != port(replay):
 		return fmt.Errorf("node: the engine's replay endpoint %q, the agent's %q", kv.Replay, replay)
 	case kv.Topic != topic:

@@ -1,14 +1,27 @@
 #!/usr/bin/python3
 """Conformance publisher for prefixmesh's KV-event subscriber (node/kvevents).
 
-Written from the wire description in docs/engine-integration.md ("Wire format"), independently of
-the Go encoder: it lays batches out as msgspec does for vLLM's and SGLang's structs (tag first,
-trailing default fields omitted, arrays for array_like structs, maps keyed by "type" otherwise) with
-Debian's python3-msgpack, and serves replay on a ZMQ ROUTER socket with Debian's python3-zmq, as
-vLLM's ZmqEventPublisher does. It cannot import vLLM or msgspec (neither is in Debian).
+It lays batches out as the publishers' own encoders do, field by field: vLLM's structs in
+vllm/distributed/kv_events.py (msgspec, tag=True, omit_defaults=True; EventBatch{ts, events,
+data_parallel_rank}, BlockStored{block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+medium, lora_name, extra_keys=None, group_idx=None, kv_cache_spec_kind=None,
+kv_cache_spec_sliding_window=None}, BlockRemoved{block_hashes, medium, group_idx=None}). Releases
+with array_like=True send each struct as an array, the tag first and only a trailing run of
+defaults omitted; later ones send maps keyed by field name, the tag under "type" first, every
+default-valued field omitted and every field without a default present even when None.
+SGLang's python/sglang/srt/disaggregation/kv_events.py keeps the older array form. Debian's
+python3-msgpack writes these values in the same smallest forms msgspec does (ints by value,
+floats as float64, str/bin by length), so the bytes are the publisher's. Replay is served on a
+ZMQ ROUTER socket with Debian's python3-zmq, as vLLM's ZmqEventPublisher._service_replay does.
+It cannot import vLLM or msgspec (neither is in Debian).
+
+Other publishers' habits: --parent-zero spells "no parent" as the integer 0 (emulators built from
+the llm-d tooling), --first-seq 1 starts the sequence at 1 instead of vLLM's 0.
 
 Usage: conformance_pub.py --flavor vllm|sglang --layout array|map --hashes int|bytes
                           [--replay] [--replay-topic] [--topic T] [--block-size B]
+                          [--parent-zero] [--first-seq N]
+       conformance_pub.py --golden      prints the golden payloads as JSON {name: hex} and exits
 It binds tcp://127.0.0.1 on ephemeral ports, prints one JSON line {"pub": …, "replay": …}, then reads
 one JSON command per line on stdin and answers one JSON line per command on stdout:
 
@@ -83,7 +96,7 @@ class Publisher:
         self.digests = {}  # published key -> (digest bytes, tokens, parent key)
 
     def restart(self):
-        self.seq = 0
+        self.seq = self.args.first_seq
         self.buffer = []
         self.drop = 0
 
@@ -95,21 +108,26 @@ class Publisher:
             return key.to_bytes(8, "big").rjust(32, b"\x5a")  # a 32-byte digest ending in the key
         return key
 
+    def wire_parent(self, parent):
+        if parent is None:
+            return 0 if self.args.parent_zero else None
+        return self.wire_hash(parent)
+
     def block_stored(self, hashes, parent, tokens, lora_name, extra_keys, medium):
         bs = self.args.block_size
         if self.args.flavor == "sglang":
             fields = ["BlockStored", [self.wire_hash(h) for h in hashes],
-                      None if parent is None else self.wire_hash(parent), tokens, len(tokens), None, medium]
+                      self.wire_parent(parent), tokens, len(tokens), None, medium]
             if self.args.layout == "map":
                 return {"type": "BlockStored", "block_hashes": fields[1], "parent_block_hash": fields[2],
                         "token_ids": tokens, "block_size": len(tokens), "lora_id": None, "medium": medium}
             return fields
         ev = [("block_hashes", [self.wire_hash(h) for h in hashes]),
-              ("parent_block_hash", None if parent is None else self.wire_hash(parent)),
+              ("parent_block_hash", self.wire_parent(parent)),
               ("token_ids", tokens), ("block_size", bs), ("lora_id", None), ("medium", medium),
               ("lora_name", lora_name), ("extra_keys", extra_keys), ("group_idx", None),
               ("kv_cache_spec_kind", "full_attention"), ("kv_cache_spec_sliding_window", None)]
-        return self.encode_struct("BlockStored", ev, required=6)
+        return self.encode_struct("BlockStored", ev, required=7)
 
     def block_removed(self, hashes, medium="GPU"):
         if self.args.flavor == "sglang":
@@ -136,8 +154,7 @@ class Publisher:
 
     # -- sending ------------------------------------------------------------------------------
     def publish(self, events):
-        batch = [time.time(), events, 0]
-        payload = msgpack.packb(batch, use_bin_type=True)
+        payload = encode_batch(self.args, time.time(), events, 0)
         seq = self.seq
         self.seq += 1
         self.buffer.append((seq, payload))
@@ -264,7 +281,67 @@ class Publisher:
             print(json.dumps(out), flush=True)
 
 
+def encode_batch(args, ts, events, rank):
+    """EventBatch: an array [ts, events, rank] (array_like releases, SGLang) or, in vLLM's map
+    layout, a map in field order (data_parallel_rank is set by the publisher, so never omitted)."""
+    if args.flavor == "vllm" and args.layout == "map":
+        batch = {"ts": ts, "events": events, "data_parallel_rank": rank}
+    else:
+        batch = [ts, events, rank]
+    return msgpack.packb(batch, use_bin_type=True)
+
+
+def golden():
+    """Fixed payloads for the Go decoder's goldens (node/kvevents/golden_test.go)."""
+    out = {}
+    ts = 1700000000.5
+
+    def args(**kw):
+        d = dict(flavor="vllm", layout="map", hashes="int", parent_zero=False, first_seq=0)
+        d.update(kw)
+        return argparse.Namespace(**d)
+
+    # vLLM map layout, a hybrid model: a full-attention group 0 and a sliding-window group 1.
+    a = args()
+    full = {"type": "BlockStored", "block_hashes": [2**64 - 1, 17], "parent_block_hash": None,
+            "token_ids": [1, 2, 3, 4, 5, 6, 7, 8], "block_size": 4, "lora_id": None, "medium": "GPU",
+            "lora_name": None, "group_idx": 0, "kv_cache_spec_kind": "full_attention"}
+    swa = {"type": "BlockStored", "block_hashes": [901, 902], "parent_block_hash": None,
+           "token_ids": [1, 2, 3, 4, 5, 6, 7, 8], "block_size": 4, "lora_id": None, "medium": "GPU",
+           "lora_name": None, "group_idx": 1, "kv_cache_spec_kind": "sliding_window",
+           "kv_cache_spec_sliding_window": 128}
+    rem = {"type": "BlockRemoved", "block_hashes": [902], "medium": "GPU", "group_idx": 1}
+    out["vllm_map_hybrid"] = encode_batch(a, ts, [full, swa, rem], 0).hex()
+    # vLLM array_like layout: trailing defaults omitted; medium spelled as other publishers do.
+    a = args(layout="array")
+    evs = [["BlockStored", [5], None, [1, 2, 3, 4], 4, None, "gpu", None],
+           ["BlockStored", [6], 5, [5, 6, 7, 8], 4, None, "CPU_PINNED", None],
+           ["BlockStored", [7], 6, [9, 10, 11, 12], 4, None, None, None],
+           ["BlockRemoved", [6], "cpu"],
+           ["AllBlocksCleared"]]
+    out["vllm_array_mediums"] = encode_batch(a, ts, evs, 1).hex()
+    # "No parent" as 0 in both layouts (llm-d-derived emulators).
+    a = args(layout="array", parent_zero=True)
+    out["parent_zero_array"] = encode_batch(a, ts, [["BlockStored", [11], 0, [1, 2, 3, 4], 4, None, "GPU", None]], 0).hex()
+    a = args(layout="map", parent_zero=True)
+    out["parent_zero_map"] = encode_batch(a, ts, [{"type": "BlockStored", "block_hashes": [11], "parent_block_hash": 0,
+                                                   "token_ids": [1, 2, 3, 4], "block_size": 4, "lora_id": None,
+                                                   "medium": "GPU", "lora_name": None}], 0).hex()
+    # SGLang: signed int64 hashes (hash_str_to_int64), array layout, bytes digests for vLLM's
+    # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0.
+    a = args(flavor="sglang", layout="array")
+    out["sglang_negative"] = encode_batch(a, ts, [["BlockStored", [-2, -3], None, [1, 2, 3, 4, 5, 6, 7, 8], 4, None, "GPU"]], 0).hex()
+    a = args(layout="map")
+    out["vllm_bytes"] = encode_batch(a, ts, [{"type": "BlockStored", "block_hashes": [bytes(range(32))],
+                                              "parent_block_hash": None, "token_ids": [1, 2, 3, 4], "block_size": 4,
+                                              "lora_id": None, "medium": "GPU", "lora_name": None}], 0).hex()
+    print(json.dumps(out, indent=1, sort_keys=True))
+
+
 def main():
+    if "--golden" in sys.argv:
+        golden()
+        return
     p = argparse.ArgumentParser()
     p.add_argument("--flavor", choices=["vllm", "sglang"], default="vllm")
     p.add_argument("--layout", choices=["array", "map"], default="array")
@@ -275,6 +352,8 @@ def main():
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--hwm", type=int, default=0, help="PUB send high-water mark (0: libzmq's default)")
     p.add_argument("--buffer-steps", type=int, default=10000, help="replay buffer, as vLLM's buffer_steps")
+    p.add_argument("--parent-zero", action="store_true", help='"no parent" as 0, not nil')
+    p.add_argument("--first-seq", type=int, default=0, help="the first sequence number (vLLM: 0)")
     Publisher(p.parse_args()).run()
 
 

@@ -108,9 +108,16 @@ one YAML list item each, derived from the values the agent's flags come from: vL
 vllm/engine/arg_utils.py and SGLang's python/sglang/srt/server_args.py name them. */}}
 {{- define "prefixmesh.engineFlags" -}}
 {{- $n := .Values.node -}}
-{{- $kv := dict "publisher" "zmq" "endpoint" (printf "tcp://*:%s" (regexFind "[0-9]+$" $n.kvEvents.endpoint)) "topic" ($n.kvEvents.topic | default "") -}}
+{{- /* With kvEvents.listen the agent binds the loopback endpoint and the engine connects to it
+(vLLM and SGLang connect to an endpoint without "*"); otherwise the engine binds it on every
+interface, which a NetworkPolicy must close. The engine always binds its replay endpoint. */ -}}
+{{- $endpoint := $n.kvEvents.endpoint -}}
+{{- if not $n.kvEvents.listen -}}
+{{- $endpoint = printf "tcp://*:%s" (regexFind "[0-9]+$" $n.kvEvents.endpoint) -}}
+{{- end -}}
+{{- $kv := dict "publisher" "zmq" "endpoint" $endpoint "topic" ($n.kvEvents.topic | default "") -}}
 {{- if $n.kvEvents.replay -}}
-{{- $_ := set $kv "replay_endpoint" (printf "tcp://*:%s" (regexFind "[0-9]+$" $n.kvEvents.replay)) -}}
+{{- $_ := set $kv "replay_endpoint" $n.kvEvents.replay -}}
 {{- end -}}
 {{- $flags := list (printf "--port=%v" $n.engineContainer.port) (printf "--served-model-name=%s" .Values.model) -}}
 {{- if eq $n.engine "vllm" -}}
