@@ -42,212 +42,289 @@ const (
 	idleTimeout       = 2 * time.Minute  // keep-alive connections of routers are reused, then reaped
 )
 
-// Run is the node agent's life: build in dependency order, start health as
-// NOT_SERVING, serve, flip to SERVING, and when ctx ends (SIGTERM) drain in reverse within
-// cfg.DrainTimeout. It returns nil after a clean drain.
+// Run is the node agent's life, in phases: open the cache, build the servers with health
+// NOT_SERVING, start the engine, listen and join, serve, follow health to SERVING, and when ctx
+// ends (SIGTERM) drain in reverse within cfg.DrainTimeout. It returns nil after a clean drain.
 func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
-	level, err := parseLogLevel(cfg.LogLevel)
+	d, err := newDaemon(cfg, stderr)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	// 1. The cache: the only authority on what this node holds. With a real
-	// engine (--engine=vllm|sglang) that is the engine's own cache, mirrored from its KV events.
-	var (
-		tree     *local.RadixTree
-		mirror   *kvevents.Mirror
-		restored *kvevents.Checkpoint // with --state-dir, what the mirror was restored from
-		view     cacheView
-	)
-	if mirrored(cfg.Engine) {
-		mirror, restored = loadMirror(cfg, logger.With("component", "kvevents"))
-		view = mirror
-	} else {
-		tree = local.NewRadixTree(local.Options{})
-		view = tree
-	}
-
-	// 2. The NodeCache service over it. The simulated engine's KV pool must see every reference
-	// its cache calls move, and a mirrored engine owns its cache, so then remote callers only read.
-	cacheSrv, err := node.New(view, node.Config{
-		NodeID:    cfg.NodeID,
-		BlockSize: cfg.BlockSize,
-		Logger:    logger.With("component", "nodecache"),
-		Registry:  reg,
-		ReadOnly:  cfg.Engine == engineSim || mirrored(cfg.Engine),
-		Owner:     cacheOwner(cfg.Engine),
-	})
-	if err != nil {
-		return fmt.Errorf("node cache service: %w", err)
-	}
-
-	// 3. The gRPC server: NodeCache, health (NOT_SERVING until we are ready) and reflection.
-	creds, err := serverCredentials(cfg)
-	if err != nil {
+	d.openCache()
+	if err := d.buildServers(); err != nil {
 		return err
 	}
-	conns, err := connstats.New(reg) // garbage connections counted, not logged
-	if err != nil {
-		return fmt.Errorf("connection metrics: %w", err)
-	}
-	grpcSrv := grpc.NewServer(append(cacheSrv.ServerOptions(), grpc.Creds(creds), grpc.StatsHandler(conns.StatsHandler()))...)
-	cacheSrv.Register(grpcSrv)
-	healthSrv := node.NewHealth(pb.NodeCache_ServiceDesc.ServiceName)
-	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
-	reflection.Register(grpcSrv)
-
-	// 4. The HTTP server: /metrics, /healthz, and whatever the engine mounts.
-	var ready atomic.Bool
-	var gossipOK cluster.HealthGate // an isolated member is not serving
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not serving", http.StatusServiceUnavailable)
-			return
-		}
-		if reason := gossipOK.NotServing(); reason != "" {
-			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	errLog, err := ratelog.ErrorLog(logger, reg) // counted, a few lines per interval
-	if err != nil {
-		return fmt.Errorf("http error log metrics: %w", err)
-	}
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, ErrorLog: errLog}
-
-	// 5. The engine. It outlives the HTTP drain (in-flight completions finish), so it gets its own
-	// context, cancelled only after the HTTP server has shut down.
-	// A mirrored engine named by its /v1/models is waited for here, under ctx: a SIGTERM while
-	// the engine loads its weights stops the agent at once.
-	if err := resolveModel(ctx, &cfg, logger); err != nil {
-		if ctx.Err() != nil {
-			logger.Info("stopped while waiting for the engine", "cause", context.Cause(ctx))
+	if err := d.startEngine(ctx); err != nil {
+		if errors.Is(err, errStoppedEarly) {
 			return nil
 		}
-		return fmt.Errorf("start engine: %w", err)
+		return err
 	}
-	engineCtx, cancelEngine := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelEngine()
-	var ann *announcer // a mirrored engine's restarts (new epoch) and completeness (cold) to routers
-	if mirror != nil {
-		ann = newAnnouncer(cacheSrv, logger.With("component", "kvevents"))
+	defer d.cancelEngine()
+	defer d.side.close()
+	if err := d.listenAndJoin(ctx); err != nil {
+		return err
 	}
-	side, err := startEngine(engineCtx, &cfg, tree, mirror, restored, ann, logger, reg, mux)
-	if err != nil {
-		return fmt.Errorf("start engine: %w", err)
-	}
-	closeEngine := side.close
-	defer closeEngine()
-
-	// 6. Listen, then serve.
-	grpcLis, err := listen(cfg.GRPCListen)
-	if err != nil {
-		return fmt.Errorf("grpc listen: %w", err)
-	}
-	httpLis, err := net.Listen("tcp", cfg.HTTPListen)
-	if err != nil {
-		_ = grpcLis.Close()
-		return fmt.Errorf("http listen: %w", err)
-	}
-	// 6b. Gossip (with --gossip-listen): publish this node's summary and load to the routers.
-	agent, err := startGossip(ctx, cfg, view, cacheSrv.Epoch(), ann.cold(), grpcLis.Addr(), httpLis.Addr(), side.load, logger, reg)
-	if err != nil {
-		_ = grpcLis.Close()
-		_ = httpLis.Close()
-		return fmt.Errorf("gossip: %w", err)
-	}
-
-	// 6c. Pins: follow the pin table and hold this node's prefix pins in the tree.
-	var pinned *pinFollower
-	if tree != nil {
-		pinned, err = startPins(ctx, cfg, tree, agent, logger.With("component", "pins"), reg)
-	} else {
-		// A mirrored engine evicts on its own; the agent cannot hold its blocks.
-		logger.Info("prefix pins are not held on a mirrored engine")
-	}
-	if err != nil {
-		if agent != nil {
-			_ = agent.Close(context.Background())
-		}
-		_ = grpcLis.Close()
-		_ = httpLis.Close()
-		return fmt.Errorf("pins: %w", err)
-	}
-
-	served := make(chan error, 2)
-	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
-	go func() { served <- serveErr("http", httpSrv.Serve(httpLis)) }()
-	addrs := append([]string{"grpc=" + addrString(grpcLis.Addr()), "http=" + httpLis.Addr().String()}, side.addrs...)
-	if agent != nil {
-		addrs = append(addrs, "gossip="+agent.GossipAddr()) // with --gossip-listen port 0, peers need it
-	}
-	if cfg.AddrFile != "" {
-		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
-			logger.Error("write addr file", "err", err)
-		}
-	}
-	logger.Info("listening", "grpc", addrString(grpcLis.Addr()), "http", httpLis.Addr().String(),
-		"node_id", cfg.NodeID, "epoch", fmt.Sprintf("%016x", cacheSrv.Epoch()), "engine", cfg.Engine, "extra", strings.Join(side.addrs, " "))
-
-	// The node's metadata is published by the gossip agent's Start above; routers pull its
-	// summary on their own, so the node is ready as soon as it listens (beside a real engine:
-	// whenever that engine is healthy) and, with gossip, has joined; it reports NOT_SERVING
-	// again while the engine is down or the node is isolated. Both watchers feed one verdict.
-	var verdictMu sync.Mutex // serializes verdicts, so the last one reads both inputs' latest
-	applyHealth := func() {
-		verdictMu.Lock()
-		defer verdictMu.Unlock()
-		healthSrv.SetServing(ready.Load() && gossipOK.NotServing() == "", pb.NodeCache_ServiceDesc.ServiceName)
-	}
-	healthCtx, stopHealth := context.WithCancel(ctx)
-	defer stopHealth()
-	engineDone := followHealth(healthCtx, side.healthy, &ready, applyHealth, logger)
-	waitGossip := gossipOK.Follow(healthCtx, agent, func(cluster.Health) { applyHealth() }, logger.With("component", "gossip"))
-	waitAnnounce := ann.start(healthCtx, agent)
-	logger.Info("serving")
-
-	var runErr error
-	pending := 2 // servers whose Serve has not returned
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down", "cause", context.Cause(ctx), "drain_timeout", cfg.DrainTimeout)
-	case runErr = <-served: // a server died on its own: drain the other one, then report it
-		pending--
-		logger.Info("shutting down after a server failure", "drain_timeout", cfg.DrainTimeout)
-	}
-
-	// 7. Drain in reverse: stop advertising, let calls finish within the deadline, then cut; the
-	// engine goes last so that completions still being served can finish.
-	stopHealth()
-	<-engineDone
-	waitGossip()
-	waitAnnounce()
-	ready.Store(false)
-	if agent != nil { // routers stop choosing this node, then it leaves the cluster
-		announceDrain(agent, cfg.drainNotice(), logger)
-		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout-cfg.drainNotice())
-		if err := agent.Close(leaveCtx); err != nil {
-			logger.Warn("gossip leave", "err", err)
-		}
-		cancelLeave()
-	}
-	drain(logger, cfg.DrainTimeout, healthSrv, grpcSrv, httpSrv)
-	pinned.close() // releases the prefix pins' holds
-	cancelEngine()
-	closeEngine()
+	served := d.serve()
+	stopHealth := d.followHealth(ctx)
+	runErr, pending := d.wait(ctx, served)
+	d.drainAll(stopHealth)
 	for ; pending > 0; pending-- {
 		if err := <-served; err != nil && runErr == nil {
 			runErr = err
 		}
 	}
-	logger.Info("stopped")
+	d.logger.Info("stopped")
 	return runErr
+}
+
+// errStoppedEarly: ctx ended while the agent waited for its engine; nothing was served.
+var errStoppedEarly = errors.New("stopped before serving")
+
+// daemon is one run of the node agent: what each phase of Run builds and a later one uses.
+type daemon struct {
+	cfg    Config
+	logger *slog.Logger
+	reg    *prometheus.Registry
+
+	// The cache (openCache): a tree, or a mirror of a real engine's cache.
+	tree     *local.RadixTree
+	mirror   *kvevents.Mirror
+	restored *kvevents.Checkpoint // with --state-dir, what the mirror was restored from
+	view     cacheView
+
+	// The servers (buildServers).
+	cacheSrv  *node.Server
+	conns     *connstats.Counter
+	grpcSrv   *grpc.Server
+	healthSrv *node.Health
+	mux       *http.ServeMux
+	httpSrv   *http.Server
+	ready     atomic.Bool        // the engine is healthy
+	gossipOK  cluster.HealthGate // an isolated member is not serving
+
+	// The engine (startEngine), with a context of its own: it outlives the HTTP drain.
+	ann          *announcer // a mirrored engine's restarts (new epoch) and completeness (cold) to routers
+	side         engineSide
+	cancelEngine context.CancelFunc
+
+	// Listening and joined (listenAndJoin).
+	grpcLis, httpLis net.Listener
+	agent            *cluster.Agent
+	pinned           *pinFollower
+}
+
+func newDaemon(cfg Config, stderr io.Writer) (*daemon, error) {
+	level, err := parseLogLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{cfg: cfg, logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		reg: prometheus.NewRegistry(), cancelEngine: func() {}}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return d, nil
+}
+
+// openCache opens the only authority on what this node holds: with a real engine
+// (--engine=vllm|sglang) the engine's own cache, mirrored from its KV events (restored from
+// --state-dir when there is a checkpoint); otherwise a radix tree.
+func (d *daemon) openCache() {
+	if mirrored(d.cfg.Engine) {
+		d.mirror, d.restored = loadMirror(d.cfg, d.logger.With("component", "kvevents"))
+		d.view = d.mirror
+		return
+	}
+	d.tree = local.NewRadixTree(local.Options{})
+	d.view = d.tree
+}
+
+// buildServers builds the NodeCache service over the cache, the gRPC server (NodeCache, health
+// NOT_SERVING until ready, reflection) and the HTTP server (/metrics, /healthz, and whatever the
+// engine mounts). The simulated engine's KV pool must see every reference its cache calls move,
+// and a mirrored engine owns its cache, so then remote callers only read.
+func (d *daemon) buildServers() error {
+	var err error
+	d.cacheSrv, err = node.New(d.view, node.Config{
+		NodeID:    d.cfg.NodeID,
+		BlockSize: d.cfg.BlockSize,
+		Logger:    d.logger.With("component", "nodecache"),
+		Registry:  d.reg,
+		ReadOnly:  d.cfg.Engine == engineSim || mirrored(d.cfg.Engine),
+		Owner:     cacheOwner(d.cfg.Engine),
+	})
+	if err != nil {
+		return fmt.Errorf("node cache service: %w", err)
+	}
+	creds, err := serverCredentials(d.cfg)
+	if err != nil {
+		return err
+	}
+	if d.conns, err = connstats.New(d.reg); err != nil { // garbage connections counted, not logged
+		return fmt.Errorf("connection metrics: %w", err)
+	}
+	d.grpcSrv = grpc.NewServer(append(d.cacheSrv.ServerOptions(), grpc.Creds(creds), grpc.StatsHandler(d.conns.StatsHandler()))...)
+	d.cacheSrv.Register(d.grpcSrv)
+	d.healthSrv = node.NewHealth(pb.NodeCache_ServiceDesc.ServiceName)
+	healthpb.RegisterHealthServer(d.grpcSrv, d.healthSrv)
+	reflection.Register(d.grpcSrv)
+
+	d.mux = http.NewServeMux()
+	d.mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	d.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		if reason := d.gossipOK.NotServing(); reason != "" {
+			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	errLog, err := ratelog.ErrorLog(d.logger, d.reg) // counted, a few lines per interval
+	if err != nil {
+		return fmt.Errorf("http error log metrics: %w", err)
+	}
+	d.httpSrv = &http.Server{Handler: d.mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, ErrorLog: errLog}
+	return nil
+}
+
+// startEngine starts the engine side: the simulated engine, or the follower of a real engine's
+// KV events. A mirrored engine named by its /v1/models is waited for under ctx, so a SIGTERM
+// while the engine loads its weights stops the agent at once (errStoppedEarly). The engine gets
+// a context of its own, cancelled only after the HTTP server has drained, so that in-flight
+// completions finish.
+func (d *daemon) startEngine(ctx context.Context) error {
+	if err := resolveModel(ctx, &d.cfg, d.logger); err != nil {
+		if ctx.Err() != nil {
+			d.logger.Info("stopped while waiting for the engine", "cause", context.Cause(ctx))
+			return errStoppedEarly
+		}
+		return fmt.Errorf("start engine: %w", err)
+	}
+	engineCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if d.mirror != nil {
+		d.ann = newAnnouncer(d.cacheSrv, d.logger.With("component", "kvevents"))
+	}
+	side, err := startEngine(engineCtx, &d.cfg, d.tree, d.mirror, d.restored, d.ann, d.logger, d.reg, d.mux)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("start engine: %w", err)
+	}
+	d.side, d.cancelEngine = side, cancel
+	return nil
+}
+
+// listenAndJoin binds the gRPC and HTTP listeners, joins gossip (with --gossip-listen: this
+// node's summary and load to the routers) and follows the pin table, holding this node's
+// prefix pins in the tree. On an error it closes what it opened.
+func (d *daemon) listenAndJoin(ctx context.Context) error {
+	var err error
+	if d.grpcLis, err = listen(d.cfg.GRPCListen); err != nil {
+		return fmt.Errorf("grpc listen: %w", err)
+	}
+	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPListen); err != nil {
+		_ = d.grpcLis.Close()
+		return fmt.Errorf("http listen: %w", err)
+	}
+	d.agent, err = startGossip(ctx, d.cfg, d.view, d.cacheSrv.Epoch(), d.ann.cold(), d.grpcLis.Addr(), d.httpLis.Addr(), d.side.load, d.logger, d.reg)
+	if err != nil {
+		_ = d.grpcLis.Close()
+		_ = d.httpLis.Close()
+		return fmt.Errorf("gossip: %w", err)
+	}
+	if d.tree != nil {
+		d.pinned, err = startPins(ctx, d.cfg, d.tree, d.agent, d.logger.With("component", "pins"), d.reg)
+	} else {
+		// A mirrored engine evicts on its own; the agent cannot hold its blocks.
+		d.logger.Info("prefix pins are not held on a mirrored engine")
+	}
+	if err != nil {
+		if d.agent != nil {
+			_ = d.agent.Close(context.Background())
+		}
+		_ = d.grpcLis.Close()
+		_ = d.httpLis.Close()
+		return fmt.Errorf("pins: %w", err)
+	}
+	return nil
+}
+
+// serve starts both servers and writes the addresses; each server's exit arrives on the
+// returned channel.
+func (d *daemon) serve() chan error {
+	served := make(chan error, 2)
+	go func() { served <- serveErr("grpc", d.grpcSrv.Serve(d.conns.Listener(d.grpcLis))) }()
+	go func() { served <- serveErr("http", d.httpSrv.Serve(d.httpLis)) }()
+	addrs := append([]string{"grpc=" + addrString(d.grpcLis.Addr()), "http=" + d.httpLis.Addr().String()}, d.side.addrs...)
+	if d.agent != nil {
+		addrs = append(addrs, "gossip="+d.agent.GossipAddr()) // with --gossip-listen port 0, peers need it
+	}
+	if d.cfg.AddrFile != "" {
+		if err := addrfile.Write(d.cfg.AddrFile, addrs...); err != nil {
+			d.logger.Error("write addr file", "err", err)
+		}
+	}
+	d.logger.Info("listening", "grpc", addrString(d.grpcLis.Addr()), "http", d.httpLis.Addr().String(),
+		"node_id", d.cfg.NodeID, "epoch", fmt.Sprintf("%016x", d.cacheSrv.Epoch()), "engine", d.cfg.Engine, "extra", strings.Join(d.side.addrs, " "))
+	return served
+}
+
+// followHealth makes the node SERVING. Its metadata is published by the gossip agent's Start;
+// routers pull its summary on their own, so the node is ready as soon as it listens (beside a
+// real engine: whenever that engine is healthy) and, with gossip, has joined; it is NOT_SERVING
+// again while the engine is down or the node is isolated. Both watchers feed one verdict. The
+// returned function stops the watchers and waits for them.
+func (d *daemon) followHealth(ctx context.Context) (stop func()) {
+	var verdictMu sync.Mutex // serializes verdicts, so the last one reads both inputs' latest
+	applyHealth := func() {
+		verdictMu.Lock()
+		defer verdictMu.Unlock()
+		d.healthSrv.SetServing(d.ready.Load() && d.gossipOK.NotServing() == "", pb.NodeCache_ServiceDesc.ServiceName)
+	}
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	engineDone := followHealth(healthCtx, d.side.healthy, &d.ready, applyHealth, d.logger)
+	waitGossip := d.gossipOK.Follow(healthCtx, d.agent, func(cluster.Health) { applyHealth() }, d.logger.With("component", "gossip"))
+	waitAnnounce := d.ann.start(healthCtx, d.agent)
+	d.logger.Info("serving")
+	return func() {
+		stopHealth()
+		<-engineDone
+		waitGossip()
+		waitAnnounce()
+	}
+}
+
+// wait returns when ctx ends (SIGTERM) or a server dies on its own, with that server's error and
+// how many servers have not yet returned.
+func (d *daemon) wait(ctx context.Context, served <-chan error) (runErr error, pending int) {
+	select {
+	case <-ctx.Done():
+		d.logger.Info("shutting down", "cause", context.Cause(ctx), "drain_timeout", d.cfg.DrainTimeout)
+		return nil, 2
+	case runErr = <-served: // drain the other one, then report it
+		d.logger.Info("shutting down after a server failure", "drain_timeout", d.cfg.DrainTimeout)
+		return runErr, 1
+	}
+}
+
+// drainAll drains in reverse: stop advertising (health, then Draining to routers for the notice,
+// then leave gossip), let calls finish within the deadline and cut, release the pins; the engine
+// goes last (Run's deferred close) so that completions still being served can finish.
+func (d *daemon) drainAll(stopHealth func()) {
+	stopHealth()
+	d.ready.Store(false)
+	if d.agent != nil { // routers stop choosing this node, then it leaves the cluster
+		announceDrain(d.agent, d.cfg.drainNotice(), d.logger)
+		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), d.cfg.DrainTimeout-d.cfg.drainNotice())
+		if err := d.agent.Close(leaveCtx); err != nil {
+			d.logger.Warn("gossip leave", "err", err)
+		}
+		cancelLeave()
+	}
+	drain(d.logger, d.cfg.DrainTimeout, d.healthSrv, d.grpcSrv, d.httpSrv)
+	d.pinned.close() // releases the prefix pins' holds
+	d.cancelEngine()
 }
 
 // cacheView is the node's cache as the NodeCache service and the gossip agent read it: a
