@@ -29,6 +29,10 @@ type ServeConfig struct {
 	// HTTPListen serves the OpenAI-compatible front door, /metrics and /healthz. Default
 	// 0.0.0.0:8081 (8080 is the node's engine).
 	HTTPListen string
+	// ExtProcListen, when set, serves the Gateway API Inference Extension endpoint picker
+	// (Envoy ext_proc, router/extproc) and its grpc.health.v1 on this host:port. Default ""
+	// (off); the chart sets :9002, the port GIE's InferencePool names by default.
+	ExtProcListen string
 	// NodeID names this router in gossip and Raft. Default: the hostname (the pod name under
 	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
@@ -165,6 +169,9 @@ func (c ServeConfig) Validate() error {
 			return bad("%s %q: want host:port", f.flag, f.addr)
 		}
 	}
+	if c.ExtProcListen != "" && !strings.Contains(c.ExtProcListen, ":") {
+		return bad("--ext-proc-listen %q: want host:port", c.ExtProcListen)
+	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
 	}
@@ -284,6 +291,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen `host:port` (port 0 picks a free port)")
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address; a wildcard host is replaced by the gossip advertise host or the first private address)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
+	fs.StringVar(&cfg.ExtProcListen, "ext-proc-listen", cfg.ExtProcListen, "serve the inference gateway endpoint picker (Envoy ext_proc) on `host:port` (default: off; :9002 in the chart)")
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")

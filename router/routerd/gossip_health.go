@@ -23,6 +23,9 @@ const gossipHealthPoll = 250 * time.Millisecond
 // route to.
 type gossipHealth struct {
 	reason atomic.Pointer[string] // why gossip is unhealthy; nil or "" when it is fine
+	// onServing, when set before follow starts, hears every change of serving (the endpoint
+	// picker's readiness follows the router's).
+	onServing func(serving bool)
 }
 
 // notServing returns why gossip makes this router not serving, or "".
@@ -67,6 +70,9 @@ func (g *gossipHealth) follow(ctx context.Context, agent *cluster.Agent, synced 
 			h.SetServingStatus("", st)
 			h.SetServingStatus(pb.Router_ServiceDesc.ServiceName, st)
 			ready.Store(ok)
+			if g.onServing != nil {
+				g.onServing(ok)
+			}
 			switch {
 			case ok && !everServed:
 				logger.Info("serving", "nodes", len(agent.Mirror().Nodes()), "members", gh.Members)

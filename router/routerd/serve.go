@@ -185,8 +185,18 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// 5b. The inference gateway's endpoint picker (off unless --ext-proc-listen): the front
+	// door's decision path behind ext_proc.
+	epp, err := newEndpointPicker(cfg, tlsCfg, fd, agent.Mirror(), conns, reg, logger.With("component", "extproc"))
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
 	var gossipOK gossipHealth
+	if epp != nil {
+		undo = append(undo, func() { epp.srv.Stop(); _ = epp.lis.Close() })
+		gossipOK.onServing = epp.epp.SetReady
+	}
 	httpSrv := httpServer(ctx, fd, reg, &ready, gossipOK.notServing, logger)
 
 	// 6. Join, start the pin store once its bootstrap peers are known, serve.
@@ -215,6 +225,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	// Listening: gRPC calls that arrive before Serve (below) wait in the listen backlog.
 	addrs := []string{"grpc=" + grpcLis.Addr().String(), "http=" + httpLis.Addr().String(), "gossip=" + agent.GossipAddr(), "raft=" + raftAddr}
+	if epp != nil {
+		addrs = append(addrs, "extproc="+epp.addr())
+	}
 	if cfg.AddrFile != "" {
 		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
 			logger.Error("write addr file", "err", err)
@@ -231,6 +244,11 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	plane.register(grpcSrv, tokenize)
 	plane.start(ctx, agent)
 	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
+	pending := 2
+	if epp != nil {
+		epp.serve(served)
+		pending++
+	}
 	undo = nil // from here on, the drain below stops everything
 
 	// 7. SERVING once every node we know has been synced (and, with seeds, once we know someone),
@@ -243,7 +261,6 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	})
 
 	var runErr error
-	pending := 2
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down", "drain_timeout", cfg.DrainTimeout)
@@ -261,6 +278,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	defer cancel()
 	if err := fd.Shutdown(drainCtx); err != nil {
 		logger.Warn("front door drain incomplete", "err", err)
+	}
+	if epp != nil {
+		epp.shutdown(drainCtx, logger)
 	}
 	plane.stopLoop() // no reconcile against a membership we are leaving
 	sharer.Close()   // the front door is drained: nothing left to tell the other routers
