@@ -162,7 +162,9 @@ func (r *rig) start() {
 }
 
 // client is a raw ext_proc client to the picker.
-func (r *rig) client() extprocv3.ExternalProcessorClient { return extprocv3.NewExternalProcessorClient(r.cc) }
+func (r *rig) client() extprocv3.ExternalProcessorClient {
+	return extprocv3.NewExternalProcessorClient(r.cc)
+}
 
 // gateway serves a fake gateway over the picker on 127.0.0.1:0 and returns it and its URL.
 func (r *rig) gateway(cfg fakegw.Config) (*fakegw.Gateway, string) {
