@@ -210,3 +210,39 @@ func TestSubsetHint(t *testing.T) {
 		t.Fatalf("empty subset: %d %s", code, out)
 	}
 }
+
+// TestFallback sends requests whose chosen node refuses connections: the gateway goes down the
+// destination list, the picker hears the served endpoint, counts the request as served
+// elsewhere and gives the chosen node's in-flight count back.
+func TestFallback(t *testing.T) {
+	r := newRig(t, rigOpts{nodes: 2, dead: 1})
+	g, base := r.gateway(fakegw.Config{RequestMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED})
+	dead := endpointOf(r.list.Nodes()[0].EngineURL)
+	fellBack := 0
+	for i := 0; i < 40 && fellBack < 3; i++ {
+		body, _ := json.Marshal(map[string]any{"model": simModel, "prompt": longPrompt(1000 + i), "max_tokens": 2})
+		code, _, out := post(t, base, "/v1/completions", string(body))
+		if code != http.StatusOK {
+			t.Fatalf("%d %s", code, out)
+		}
+		ds := g.Decisions()
+		if d := ds[len(ds)-1]; strings.HasPrefix(d.Destination, dead+",") {
+			if d.Served == dead || d.Served == "" {
+				t.Fatalf("destination %q served by %q", d.Destination, d.Served)
+			}
+			fellBack++
+		}
+	}
+	if fellBack == 0 {
+		t.Fatal("the dead node was never chosen first in 40 requests")
+	}
+	if got := testutil.ToFloat64(r.epp.met.outcomes.WithLabelValues("served_elsewhere")); got != float64(fellBack) {
+		t.Fatalf("served_elsewhere %v, want %d", got, fellBack)
+	}
+	eventually(t, "every pick ended", func() error {
+		if n := r.inFlight(); n != 0 {
+			return fmt.Errorf("%d in flight", n)
+		}
+		return nil
+	})
+}

@@ -86,6 +86,7 @@ type rigOpts struct {
 	cfg       func(*Config)
 	maxPer    int // MaxInFlightPerNode
 	noEngines bool
+	dead      int // the first dead nodes have no engine (connects are refused)
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -98,7 +99,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		id := fmt.Sprintf("node-%d", i)
 		n := &simNode{id: id, tree: local.NewRadixTree(local.Options{})}
 		url := "http://127.0.0.1:1" // nothing listens: for tests that never forward
-		if !o.noEngines {
+		if !o.noEngines && i >= o.dead {
 			cfg := simengine.DefaultConfig()
 			cfg.KVBlocks, cfg.PrefillTokensPerSec, cfg.DecodeTokensPerSec = 8192, 1e9, 1e9
 			eng, err := simengine.New(cfg, n.tree, nil, prometheus.NewRegistry())

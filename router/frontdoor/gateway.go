@@ -150,6 +150,10 @@ func (g *GatewayPick) End(err error) Outcome {
 		// estimate says nothing of the node that served, so no cached_tokens is compared.
 		g.Done(Outcome{Status: 0, Err: errServedElsewhere, CachedTokens: -1, Latency: o.Latency})
 		o.CachedTokens = -1
+		// A gateway moves down the list when the node failed it (connect failure, reset, 5xx:
+		// the retry conditions of GIE's reference config), which is what the front door's
+		// proxy counts against a node before retrying elsewhere.
+		g.s.health.ReportFailure(g.NodeID)
 		g.report(g.servedB, o.Status)
 		return o
 	}
