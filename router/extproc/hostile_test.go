@@ -17,6 +17,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/prefixmesh/prefixmesh/router/extproc/fakegw"
@@ -314,5 +315,37 @@ func TestBufferedBudget(t *testing.T) {
 	}
 	if m, err := c.Recv(); err != nil || m.GetRequestHeaders() == nil {
 		t.Fatalf("within the budget again: %v %v", m, err)
+	}
+}
+
+// TestHealth serves liveness at once, and readiness and the ext_proc service only once the
+// router says the node view has synced.
+func TestHealth(t *testing.T) {
+	r := newRig(t, rigOpts{noEngines: true})
+	hc := healthpb.NewHealthClient(r.cc)
+	check := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	for _, ready := range []bool{false, true} {
+		r.epp.SetReady(ready)
+		want := healthpb.HealthCheckResponse_NOT_SERVING
+		if ready {
+			want = healthpb.HealthCheckResponse_SERVING
+		}
+		if got := check(ServiceLiveness); got != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("ready %v: liveness %v", ready, got)
+		}
+		for _, svc := range []string{ServiceReadiness, ServiceExtProc, ""} {
+			if got := check(svc); got != want {
+				t.Fatalf("ready %v: %q is %v, want %v", ready, svc, got, want)
+			}
+		}
+	}
+	if ServiceExtProc != "envoy.service.ext_proc.v3.ExternalProcessor" {
+		t.Fatalf("ext_proc service name %q", ServiceExtProc)
 	}
 }
