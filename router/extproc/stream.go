@@ -32,8 +32,9 @@ type stream struct {
 	subset     []string
 	haveSubset bool
 
-	body []byte // the request body so far, counted in s.buffered
-	held int64
+	body          []byte // the request body so far, counted in s.buffered; pooled (body.go)
+	held          int64
+	contentLength int // the request's Content-Length, 0 if none
 
 	pick        *frontdoor.GatewayPick
 	dest        string // the destination list answered
@@ -101,6 +102,9 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		st.header.Set(frontdoor.HeaderSessionID, v)
 	}
 	st.subset, st.haveSubset = subsetHint(req.GetMetadataContext())
+	if n, err := strconv.Atoi(headerValue(hm, "content-length")); err == nil && n > 0 {
+		st.contentLength = n // a capacity hint only: the body's own end decides
+	}
 	switch {
 	case h.GetEndOfStream():
 		// No body: routed by load (GIE routes these to any ready endpoint).
@@ -138,6 +142,9 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		}
 		st.held += n
 		st.s.met.buffered.Add(float64(n))
+		if st.body == nil {
+			st.body = getBody(max(st.contentLength, len(chunk)), st.s.cfg.MaxBodyBytes)
+		}
 		st.body = append(st.body, chunk...)
 	}
 	switch st.reqMode {
@@ -244,6 +251,7 @@ func (st *stream) release() {
 		st.s.met.buffered.Sub(float64(st.held))
 		st.held = 0
 	}
+	putBody(st.body)
 	st.body = nil
 }
 
