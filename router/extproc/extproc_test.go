@@ -74,6 +74,7 @@ func TestRoutesThroughGateway(t *testing.T) {
 					// FULL_DUPLEX_STREAMED, which is what this gateway speaks.
 					_ = mi
 				}
+				sent := 0
 				for _, stream := range []bool{false, true} {
 					p := longPrompt(si*10 + mi)
 					if stream {
@@ -86,12 +87,12 @@ func TestRoutesThroughGateway(t *testing.T) {
 					body, _ := json.Marshal(req)
 					var firstNode string
 					for round := range 2 {
+						sent++
 						code, h, out := post(t, base, "/v1/completions", string(body))
 						if code != http.StatusOK {
 							t.Fatalf("round %d: %d %s", round, code, out)
 						}
-						ds := g.Decisions()
-						d := ds[len(ds)-1]
+						d := decision(t, g, sent)
 						if d.Destination != d.Metadata || d.Destination != h.Get(fakegw.HeaderDestination) {
 							t.Fatalf("destination header %q, metadata %q", d.Destination, d.Metadata)
 						}
@@ -126,16 +127,20 @@ func TestRoutesThroughGateway(t *testing.T) {
 						r.syncIndex()
 					}
 				}
-				seen, exact := testutil.ToFloat64(r.epp.met.estimateSeen), testutil.ToFloat64(r.epp.met.estimateExact)
-				if seen != 4 || exact != seen {
-					t.Fatalf("estimate == cached_tokens on %v of %v requests; want 4 of 4", exact, seen)
-				}
+				// The picker ends a request once it has echoed the response's last chunk, which may
+				// be just after the client read it.
 				eventually(t, "every pick ended", func() error {
 					if n := r.inFlight(); n != 0 {
 						return fmt.Errorf("%d in flight", n)
 					}
+					if seen := testutil.ToFloat64(r.epp.met.estimateSeen); seen != 4 {
+						return fmt.Errorf("%v requests compared", seen)
+					}
 					return nil
 				})
+				if seen, exact := testutil.ToFloat64(r.epp.met.estimateSeen), testutil.ToFloat64(r.epp.met.estimateExact); exact != seen {
+					t.Fatalf("estimate == cached_tokens on %v of %v requests; want all", exact, seen)
+				}
 			})
 		}
 	}
@@ -150,21 +155,20 @@ func TestHeadersOnlyAndNonOpenAI(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(out, simModel) {
 		t.Fatalf("GET /v1/models through the gateway: %d %s", code, out)
 	}
-	for _, c := range []struct{ path, body string }{
+	for i, c := range []struct{ path, body string }{
 		{"/v1/completions", "this is not json"},
 		{"/v1/completions", `{"model":"no-such-model","prompt":"hi"}`},
 		{"/v1/embeddings", `{"model":"prefixmesh-sim","input":"hi"}`},
 	} {
 		code, _, out := post(t, base, c.path, c.body)
-		ds := g.Decisions()
-		if d := ds[len(ds)-1]; d.Immediate || d.Served == "" {
+		if d := decision(t, g, i+2); d.Immediate || d.Served == "" {
 			t.Fatalf("%s %q: the picker refused it (%+v)", c.path, c.body, d)
 		}
 		if code == http.StatusOK || code >= 500 {
 			t.Fatalf("%s %q: the engine should have answered 4xx, got %d %s", c.path, c.body, code, out)
 		}
 	}
-	if got := testutil.ToFloat64(r.epp.met.decisions.WithLabelValues("load")); got != 4 {
+	if got := testutil.ToFloat64(r.epp.met.decisions.WithLabelValues("load")); got != 4 { // counted before the answer
 		t.Fatalf("%v decisions by load, want 4", got)
 	}
 }
@@ -175,8 +179,7 @@ func TestBufferedLargeBody(t *testing.T) {
 	g, base := r.gateway(fakegw.Config{RequestMode: procv3.ProcessingMode_BUFFERED, ResponseMode: procv3.ProcessingMode_BUFFERED})
 	body := `{"model":"prefixmesh-sim","input":"` + strings.Repeat("x", 6<<20) + `"}`
 	code, _, _ := post(t, base, "/v1/embeddings", body)
-	ds := g.Decisions()
-	if d := ds[len(ds)-1]; d.Immediate || d.Served == "" || !d.BodyIntact || code == http.StatusInternalServerError {
+	if d := decision(t, g, 1); d.Immediate || d.Served == "" || !d.BodyIntact || code == http.StatusInternalServerError {
 		t.Fatalf("6 MiB buffered body: status %d, %+v", code, d)
 	}
 }
@@ -193,8 +196,7 @@ func TestSubsetHint(t *testing.T) {
 		if code, _, out := post(t, base, "/v1/completions", string(body)); code != http.StatusOK {
 			t.Fatalf("%d %s", code, out)
 		}
-		ds := g.Decisions()
-		if d := ds[len(ds)-1]; d.Destination != only || d.Served != only {
+		if d := decision(t, g, i+1); d.Destination != only || d.Served != only {
 			t.Fatalf("subset %q: destination %q served %q", only, d.Destination, d.Served)
 		}
 	}
@@ -225,8 +227,7 @@ func TestFallback(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("%d %s", code, out)
 		}
-		ds := g.Decisions()
-		if d := ds[len(ds)-1]; strings.HasPrefix(d.Destination, dead+",") {
+		if d := decision(t, g, i+1); strings.HasPrefix(d.Destination, dead+",") {
 			if d.Served == dead || d.Served == "" {
 				t.Fatalf("destination %q served by %q", d.Destination, d.Served)
 			}
@@ -236,12 +237,12 @@ func TestFallback(t *testing.T) {
 	if fellBack == 0 {
 		t.Fatal("the dead node was never chosen first in 40 requests")
 	}
-	if got := testutil.ToFloat64(r.epp.met.outcomes.WithLabelValues("served_elsewhere")); got != float64(fellBack) {
-		t.Fatalf("served_elsewhere %v, want %d", got, fellBack)
-	}
 	eventually(t, "every pick ended", func() error {
 		if n := r.inFlight(); n != 0 {
 			return fmt.Errorf("%d in flight", n)
+		}
+		if got := testutil.ToFloat64(r.epp.met.outcomes.WithLabelValues("served_elsewhere")); got != float64(fellBack) {
+			return fmt.Errorf("served_elsewhere %v, want %d", got, fellBack)
 		}
 		return nil
 	})

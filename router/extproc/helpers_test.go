@@ -241,3 +241,17 @@ var modes = []struct {
 	{"buffered", procv3.ProcessingMode_BUFFERED, procv3.ProcessingMode_BUFFERED, false},
 	{"buffered-request-streamed-response", procv3.ProcessingMode_BUFFERED, procv3.ProcessingMode_FULL_DUPLEX_STREAMED, false},
 }
+
+// decision waits for the gateway's n-th decision (it is recorded once the handler returns,
+// which may be just after the client read the response) and returns it.
+func decision(t *testing.T, g *fakegw.Gateway, n int) fakegw.Decision {
+	t.Helper()
+	var ds []fakegw.Decision
+	eventually(t, fmt.Sprintf("decision %d recorded", n), func() error {
+		if ds = g.Decisions(); len(ds) < n {
+			return fmt.Errorf("%d recorded", len(ds))
+		}
+		return nil
+	})
+	return ds[n-1]
+}
