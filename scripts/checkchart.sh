@@ -26,7 +26,7 @@ trap 'rm -rf "$work"' EXIT
 go build -o "$work/prefixmesh-node" ./cmd/node
 go build -o "$work/prefixmesh-router" ./cmd/router
 
-for values in "" "$chart/ci/prod-values.yaml"; do
+for values in "" "$chart/ci/prod-values.yaml" "$chart/ci/gateway-values.yaml"; do
 	name="${values:-defaults}"
 	args=()
 	[ -n "$values" ] && args=(-f "$values")
@@ -42,7 +42,8 @@ for values in "" "$chart/ci/prod-values.yaml"; do
 done
 
 # The schema and the templates' guards must refuse nonsense rather than render it.
-for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persistence.enabled=false"; do
+for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persistence.enabled=false" \
+	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe"; do
 	if "$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
 		echo "checkchart: values.schema.json accepted $bad" >&2
 		exit 1

@@ -52,6 +52,9 @@ func run(path, flagsDir, root string) error {
 		configMaps   []corev1.ConfigMap
 		statefulSets []appsv1.StatefulSet
 		daemonSets   []appsv1.DaemonSet
+		services     []corev1.Service
+		pools        []inferencePool
+		routes       []httpRoute
 		kinds        = map[string]int{}
 	)
 	for i, doc := range splitDocs(raw) {
@@ -69,7 +72,17 @@ func run(path, flagsDir, root string) error {
 		case "Secret":
 			err = yaml.UnmarshalStrict(doc, &corev1.Secret{})
 		case "Service":
-			err = yaml.UnmarshalStrict(doc, &corev1.Service{})
+			var o corev1.Service
+			err = yaml.UnmarshalStrict(doc, &o)
+			services = append(services, o)
+		case "InferencePool":
+			var o inferencePool
+			o, err = decodePool(doc)
+			pools = append(pools, o)
+		case "HTTPRoute":
+			var o httpRoute
+			o, err = decodeRoute(doc)
+			routes = append(routes, o)
 		case "ServiceAccount":
 			err = yaml.UnmarshalStrict(doc, &corev1.ServiceAccount{})
 		case "StatefulSet":
@@ -100,6 +113,9 @@ func run(path, flagsDir, root string) error {
 		return errors.New("router StatefulSet has no data volume for Raft")
 	}
 	if err := checkPod("router", router.Spec.Template.Spec, flagFiles, "router.flags", filepath.Join(flagsDir, "router.args"), root); err != nil {
+		return err
+	}
+	if err := checkGateway(pools, routes, services, router, daemonSets, flagFiles["router.flags"]); err != nil {
 		return err
 	}
 	for _, ds := range daemonSets {
