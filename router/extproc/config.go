@@ -49,8 +49,11 @@ type Config struct {
 	// MaxStreamDuration bounds a stream's whole life, response included: a stream still open
 	// then is ended (the request is counted as failed). Default 1 h: a long generation.
 	MaxStreamDuration time.Duration
-	// Fallbacks is how many next-best endpoints follow the chosen one in the destination list.
-	// Default 2: the gateway's retry budget rarely goes further.
+	// Fallbacks is how many next-best endpoints follow the chosen one in the destination list
+	// (comma-separated, best first, in the header and the metadata alike). Default 0: a plain
+	// ORIGINAL_DST cluster reads the header as one address and fails on a list; gateways that
+	// walk the list on retries (Envoy's override_host load-balancing policy,
+	// envoy/extensions/load_balancing_policies/override_host/v3) take 1 or 2.
 	Fallbacks int
 	// DefaultRequestBodyMode and DefaultResponseBodyMode are assumed when the gateway does not
 	// send protocol_config (Envoy before 1.34): FULL_DUPLEX_STREAMED, GIE's reference config.
@@ -66,7 +69,7 @@ func DefaultConfig() Config {
 		MaxStreams:              16384,
 		RequestTimeout:          30 * time.Second,
 		MaxStreamDuration:       time.Hour,
-		Fallbacks:               2,
+		Fallbacks:               0,
 		DefaultRequestBodyMode:  procv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 		DefaultResponseBodyMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 	}

@@ -130,6 +130,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
+	cfg.Fallbacks = 2 // the tests' gateway walks the list
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
@@ -240,6 +241,9 @@ var modes = []struct {
 	{"full-duplex-no-protocol-config", procv3.ProcessingMode_FULL_DUPLEX_STREAMED, procv3.ProcessingMode_FULL_DUPLEX_STREAMED, true},
 	{"buffered", procv3.ProcessingMode_BUFFERED, procv3.ProcessingMode_BUFFERED, false},
 	{"buffered-request-streamed-response", procv3.ProcessingMode_BUFFERED, procv3.ProcessingMode_FULL_DUPLEX_STREAMED, false},
+	// GIE's reference Envoy config leaves the response body out (response_body_mode NONE):
+	// the response headers are all the picker sees, the stream's close its end.
+	{"full-duplex-headers-only-response", procv3.ProcessingMode_FULL_DUPLEX_STREAMED, procv3.ProcessingMode_NONE, false},
 }
 
 // decision waits for the gateway's n-th decision (it is recorded once the handler returns,

@@ -188,7 +188,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		case m := <-msgs:
 			if m.err != nil {
 				if errors.Is(m.err, io.EOF) {
-					st.abort(errStreamClosed)
+					st.closed()
 					return nil
 				}
 				if c := status.Code(m.err); c == codes.Canceled || c == codes.DeadlineExceeded {

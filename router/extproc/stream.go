@@ -41,6 +41,7 @@ type stream struct {
 	primary     string // its first endpoint
 	pickedAt    time.Time
 	requestDone bool // the request phase is answered (routed or refused)
+	respHeaders bool // the response headers were seen
 	ended       bool // the pick was ended
 }
 
@@ -256,6 +257,7 @@ func (st *stream) release() {
 }
 
 func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	st.respHeaders = true
 	if st.pick != nil && !st.ended {
 		hm := h.GetHeaders()
 		code, _ := strconv.Atoi(headerValue(hm, ":status"))
@@ -345,6 +347,17 @@ func (st *stream) end(err error) {
 	st.s.log.Debug("request", "path", st.path, "node", pk.NodeID, "dest", st.dest, "policy", pk.Policy, "reason", pk.Reason,
 		"prompt_tokens", pk.PromptTokens, "estimate", pk.EstimatedMatchedTokens, "cached_tokens", o.CachedTokens,
 		"status", o.Status, "outcome", class, "ttft", o.TTFT, "latency", time.Since(st.pickedAt), "err", o.Err)
+}
+
+// closed handles the gateway's end of the stream: with response_body_mode NONE the response
+// headers were the last message a gateway sends, and its closing the stream is the response's
+// end; otherwise a close before the response ended cuts it.
+func (st *stream) closed() {
+	if st.respHeaders && st.respMode == procv3.ProcessingMode_NONE {
+		st.end(nil)
+		return
+	}
+	st.abort(errStreamClosed)
 }
 
 // abort ends the stream's pick (if any) with err and releases what the stream holds.

@@ -33,6 +33,10 @@ type ServeConfig struct {
 	// (Envoy ext_proc, router/extproc) and its grpc.health.v1 on this host:port. Default ""
 	// (off); the chart sets :9002, the port GIE's InferencePool names by default.
 	ExtProcListen string
+	// ExtProcFallbacks is how many next-best endpoints follow the chosen one in the picker's
+	// answer (extproc.Config.Fallbacks): 0, since a plain ORIGINAL_DST cluster takes one address;
+	// 1 or 2 for gateways that walk the list on retries.
+	ExtProcFallbacks int
 	// NodeID names this router in gossip and Raft. Default: the hostname (the pod name under
 	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
@@ -172,6 +176,9 @@ func (c ServeConfig) Validate() error {
 	if c.ExtProcListen != "" && !strings.Contains(c.ExtProcListen, ":") {
 		return bad("--ext-proc-listen %q: want host:port", c.ExtProcListen)
 	}
+	if c.ExtProcFallbacks < 0 || c.ExtProcFallbacks > maxExtProcFallbacks {
+		return bad("--ext-proc-fallbacks %d: 0 to %d", c.ExtProcFallbacks, maxExtProcFallbacks)
+	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
 	}
@@ -292,6 +299,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address; a wildcard host is replaced by the gossip advertise host or the first private address)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
 	fs.StringVar(&cfg.ExtProcListen, "ext-proc-listen", cfg.ExtProcListen, "serve the inference gateway endpoint picker (Envoy ext_proc) on `host:port` (default: off; :9002 in the chart)")
+	fs.IntVar(&cfg.ExtProcFallbacks, "ext-proc-fallbacks", cfg.ExtProcFallbacks, "endpoint picker: next-best `endpoints` listed after the chosen one, for gateways that retry down the list (0: the chosen one alone, as an ORIGINAL_DST cluster needs)")
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")

@@ -14,6 +14,10 @@ import (
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
 
+// maxExtProcFallbacks bounds --ext-proc-fallbacks: a gateway's retry budget is a few attempts,
+// and every endpoint listed is a candidate scored for nothing if it is never tried.
+const maxExtProcFallbacks = 8
+
 // endpointPicker is the Gateway API Inference Extension endpoint picker on its own listener:
 // ext_proc over the front door's decision path (its Server: parse, tokenizer, pinned picker,
 // in-flight accounting), with grpc.health.v1 for liveness, readiness and ext_proc.
@@ -30,7 +34,9 @@ func newEndpointPicker(cfg ServeConfig, t tlsSetup, fd *frontDoor, mirror frontd
 	if cfg.ExtProcListen == "" {
 		return nil, nil
 	}
-	epp, err := extproc.New(extproc.DefaultConfig(), extproc.Deps{Picker: fd.Server, Nodes: frontdoor.MirrorNodes{M: mirror},
+	ecfg := extproc.DefaultConfig()
+	ecfg.Fallbacks = cfg.ExtProcFallbacks
+	epp, err := extproc.New(ecfg, extproc.Deps{Picker: fd.Server, Nodes: frontdoor.MirrorNodes{M: mirror},
 		Registry: reg, Logger: logger})
 	if err != nil {
 		return nil, err
