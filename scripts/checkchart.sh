@@ -41,6 +41,9 @@ for values in "" "$chart/ci/prod-values.yaml" "$chart/ci/gateway-values.yaml"; d
 	"$work/prefixmesh-router" "${router_args[@]}" --validate-only
 done
 
+# The reference Envoy for the endpoint picker, decoded into Envoy's own protos.
+"$work/chartcheck" -envoy deploy/envoy/envoy.yaml
+
 # The schema and the templates' guards must refuse nonsense rather than render it.
 for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persistence.enabled=false" \
 	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe"; do

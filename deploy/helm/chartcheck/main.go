@@ -6,6 +6,8 @@
 // --validate-only. It is its own module so the main module's go.sum stays free of Kubernetes.
 //
 // Usage: chartcheck -manifests rendered.yaml -flags-dir DIR
+//
+//	chartcheck -envoy deploy/envoy/envoy.yaml (an Envoy bootstrap, decoded into Envoy's protos)
 package main
 
 import (
@@ -28,7 +30,16 @@ func main() {
 	manifests := flag.String("manifests", "", "rendered manifests (multi-document YAML)")
 	flagsDir := flag.String("flags-dir", "", "directory to write node.args and router.args into")
 	root := flag.String("files-root", "", "rewrite "+mountRoot+" paths under this directory and create the mounted files there")
+	envoy := flag.String("envoy", "", "instead, check this Envoy bootstrap (deploy/envoy) against Envoy's protos")
 	flag.Parse()
+	if *envoy != "" {
+		if err := checkEnvoy(*envoy); err != nil {
+			fmt.Fprintln(os.Stderr, "chartcheck:", err)
+			os.Exit(1)
+		}
+		fmt.Println("chartcheck: envoy bootstrap ok")
+		return
+	}
 	if err := run(*manifests, *flagsDir, *root); err != nil {
 		fmt.Fprintln(os.Stderr, "chartcheck:", err)
 		os.Exit(1)
