@@ -9,6 +9,7 @@ type metrics struct {
 	streamErrors  *prometheus.CounterVec // cause
 	estimateExact prometheus.Counter
 	estimateSeen  prometheus.Counter
+	estimateError prometheus.Histogram
 	decideSecs    prometheus.Histogram
 	ttft          prometheus.Histogram
 	streams       prometheus.Gauge
@@ -28,6 +29,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests whose estimated matched tokens equalled the engine's cached_tokens."}),
 		estimateSeen: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_compared_total",
 			Help: "Requests whose engine reported cached_tokens (the denominator of estimate accuracy)."}),
+		estimateError: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "estimate_abs_error_tokens",
+			Help:    "Absolute difference between the estimated matched tokens and the engine's cached_tokens.",
+			Buckets: append([]float64{0}, prometheus.ExponentialBuckets(16, 2, 12)...)}),
 		decideSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "decision_seconds",
 			Help: "Time from the end of the request body to the answer: parse, tokenise, pick.", Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16)}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "ttft_seconds",
@@ -41,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.outcomes, m.streamErrors, m.estimateExact, m.estimateSeen,
-		m.decideSecs, m.ttft, m.streams, m.buffered} {
+		m.estimateError, m.decideSecs, m.ttft, m.streams, m.buffered} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -339,9 +339,11 @@ func (st *stream) end(err error) {
 		}
 		if o.CachedTokens >= 0 && pk.PromptTokens >= 0 {
 			met.estimateSeen.Inc()
-			if o.CachedTokens == pk.EstimatedMatchedTokens {
+			diff := pk.EstimatedMatchedTokens - o.CachedTokens
+			if diff == 0 {
 				met.estimateExact.Inc()
 			}
+			met.estimateError.Observe(float64(max(diff, -diff)))
 		}
 	}
 	st.s.log.Debug("request", "path", st.path, "node", pk.NodeID, "dest", st.dest, "policy", pk.Policy, "reason", pk.Reason,
