@@ -29,14 +29,8 @@ type ServeConfig struct {
 	// HTTPListen serves the OpenAI-compatible front door, /metrics and /healthz. Default
 	// 0.0.0.0:8081 (8080 is the node's engine).
 	HTTPListen string
-	// ExtProcListen, when set, serves the Gateway API Inference Extension endpoint picker
-	// (Envoy ext_proc, router/extproc) and its grpc.health.v1 on this host:port. Default ""
-	// (off); the chart sets :9002, the port GIE's InferencePool names by default.
-	ExtProcListen string
-	// ExtProcFallbacks is how many next-best endpoints follow the chosen one in the picker's
-	// answer (extproc.Config.Fallbacks): 0, since a plain ORIGINAL_DST cluster takes one address;
-	// 1 or 2 for gateways that walk the list on retries.
-	ExtProcFallbacks int
+	// ExtProc configures the inference gateway endpoint picker (serve_extproc.go).
+	ExtProc ExtProcConfig
 	// NodeID names this router in gossip and Raft. Default: the hostname (the pod name under
 	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
@@ -173,11 +167,8 @@ func (c ServeConfig) Validate() error {
 			return bad("%s %q: want host:port", f.flag, f.addr)
 		}
 	}
-	if c.ExtProcListen != "" && !strings.Contains(c.ExtProcListen, ":") {
-		return bad("--ext-proc-listen %q: want host:port", c.ExtProcListen)
-	}
-	if c.ExtProcFallbacks < 0 || c.ExtProcFallbacks > maxExtProcFallbacks {
-		return bad("--ext-proc-fallbacks %d: 0 to %d", c.ExtProcFallbacks, maxExtProcFallbacks)
+	if err := c.validateExtProc(); err != nil {
+		return err
 	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
@@ -298,8 +289,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen `host:port` (port 0 picks a free port)")
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address; a wildcard host is replaced by the gossip advertise host or the first private address)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
-	fs.StringVar(&cfg.ExtProcListen, "ext-proc-listen", cfg.ExtProcListen, "serve the inference gateway endpoint picker (Envoy ext_proc) on `host:port` (default: off; :9002 in the chart)")
-	fs.IntVar(&cfg.ExtProcFallbacks, "ext-proc-fallbacks", cfg.ExtProcFallbacks, "endpoint picker: next-best `endpoints` listed after the chosen one, for gateways that retry down the list (0: the chosen one alone, as an ORIGINAL_DST cluster needs)")
+	addExtProcFlags(fs, cfg)
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")

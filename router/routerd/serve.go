@@ -187,7 +187,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	// 5b. The inference gateway's endpoint picker (off unless --ext-proc-listen): the front
 	// door's decision path behind ext_proc.
-	epp, err := newEndpointPicker(cfg, tlsCfg, fd, agent.Mirror(), conns, reg, logger.With("component", "extproc"))
+	epp, err := newEndpointPicker(cfg, fd, agent.Mirror(), conns, reg, logger.With("component", "extproc"))
 	if err != nil {
 		return err
 	}
