@@ -77,7 +77,9 @@ type Gateway struct {
 func New(picker extprocv3.ExternalProcessorClient, cfg Config) *Gateway {
 	c := cfg.Client
 	if c == nil {
-		c = &http.Client{Transport: &http.Transport{DisableCompression: true}}
+		// Compression off so bytes pass unchanged; idle connections kept per engine as a
+		// gateway keeps its upstream pool (net/http's default of 2 would churn connections).
+		c = &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 256}}
 	}
 	return &Gateway{cfg: cfg, picker: picker, client: c}
 }
