@@ -125,12 +125,6 @@ func (s *Server) Streams() int { return int(s.streams.Load()) }
 // BufferedBytes returns the request body bytes held across streams now.
 func (s *Server) BufferedBytes() int64 { return s.buffered.Load() }
 
-// received is one Recv's result, handed from the stream's reader to its handler.
-type received struct {
-	req *extprocv3.ProcessingRequest
-	err error
-}
-
 // Process serves one ext_proc stream: one HTTP request and its response.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	n := s.streams.Add(1)
@@ -139,35 +133,30 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx, cancel := context.WithTimeout(srv.Context(), s.cfg.MaxStreamDuration)
 	defer cancel()
 
-	// The reader: Recv blocks without a deadline of its own, so it runs beside the handler,
-	// which alone sends and watches the deadlines. It ends when the stream does: gRPC cancels
-	// the stream as Process returns, and Recv then fails.
-	msgs := make(chan received)
-	go func() {
-		for {
-			req, err := srv.Recv()
-			select {
-			case msgs <- received{req, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-
-	st := &stream{s: s, ctx: ctx, send: srv.Send, reqMode: s.cfg.DefaultRequestBodyMode, respMode: s.cfg.DefaultResponseBodyMode}
-	defer st.close()
-	if n > int64(s.cfg.MaxStreams) {
-		st.overCap = true
-	}
+	st := &stream{s: s, ctx: ctx, send: srv.Send, reqMode: s.cfg.DefaultRequestBodyMode, respMode: s.cfg.DefaultResponseBodyMode,
+		overCap: n > int64(s.cfg.MaxStreams)}
+	// The reader receives and handles every message itself, with no hand-off per message; this
+	// goroutine only watches the deadlines, since Recv has none of its own. st.mu serialises the
+	// two: the reader handles a message under it, and a deadline takes it to answer and end the
+	// stream. The reader ends when the stream does: gRPC cancels the stream as Process returns,
+	// and its Recv then fails.
+	result := make(chan error, 1)
+	go func() { result <- st.serve(srv) }()
 	reqTimer := time.NewTimer(s.cfg.RequestTimeout)
 	defer reqTimer.Stop()
 	reqDeadline := reqTimer.C
 	for {
 		select {
+		case err := <-result:
+			return err
 		case <-ctx.Done():
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if st.stopped {
+				return nil
+			}
+			st.stopped = true
+			defer st.close()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && srv.Context().Err() == nil {
 				s.met.streamErrors.WithLabelValues("stream_timeout").Inc()
 				st.abort(errStreamTimeout)
@@ -178,37 +167,61 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			return nil
 		case <-reqDeadline:
 			reqDeadline = nil
-			if st.requestDone {
+			st.mu.Lock()
+			if st.requestDone || st.stopped {
+				st.mu.Unlock()
 				continue
 			}
+			st.stopped = true
 			s.met.streamErrors.WithLabelValues("request_timeout").Inc()
 			st.abort(errRequestTimeout)
 			_ = srv.Send(immediate(408, "request_timeout", fmt.Sprintf("the request body did not arrive within %v", s.cfg.RequestTimeout)))
+			st.close()
+			st.mu.Unlock()
 			return nil
-		case m := <-msgs:
-			if m.err != nil {
-				if errors.Is(m.err, io.EOF) {
-					st.closed()
-					return nil
-				}
-				if c := status.Code(m.err); c == codes.Canceled || c == codes.DeadlineExceeded {
-					s.met.streamErrors.WithLabelValues("cancelled").Inc()
-					st.abort(errCancelled)
-					return nil
-				}
+		}
+	}
+}
+
+// serve is the stream's reader: it receives each message and handles it under st.mu until the
+// stream ends, an answer ends it, or a deadline stopped it.
+func (st *stream) serve(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	s := st.s
+	for {
+		req, err := srv.Recv()
+		st.mu.Lock()
+		if st.stopped {
+			st.mu.Unlock()
+			return nil
+		}
+		done := true
+		switch {
+		case errors.Is(err, io.EOF):
+			st.closed()
+			err = nil
+		case err != nil:
+			if c := status.Code(err); c == codes.Canceled || c == codes.DeadlineExceeded {
+				s.met.streamErrors.WithLabelValues("cancelled").Inc()
+				st.abort(errCancelled)
+				err = nil
+			} else {
 				s.met.streamErrors.WithLabelValues("recv").Inc()
-				st.abort(m.err)
-				return m.err
+				st.abort(err)
 			}
-			done, err := st.handle(m.req)
-			if err != nil {
+		default:
+			if done, err = st.handle(req); err != nil {
 				s.met.streamErrors.WithLabelValues("send").Inc()
 				st.abort(err)
-				return err
+				done = true
 			}
-			if done {
-				return nil
-			}
+		}
+		if done {
+			st.stopped = true
+			st.close()
+		}
+		st.mu.Unlock()
+		if done {
+			return err
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	procv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -16,9 +17,12 @@ import (
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
 
-// stream is one ext_proc stream's state: one HTTP request, then its response. Only Process's
-// goroutine touches it.
+// stream is one ext_proc stream's state: one HTTP request, then its response. mu guards every
+// field below s, ctx and send (the reader and the deadline watcher of Process share them).
 type stream struct {
+	mu      sync.Mutex
+	stopped bool // the stream is over: nothing more is handled or sent
+
 	s    *Server
 	ctx  context.Context
 	send func(*extprocv3.ProcessingResponse) error
