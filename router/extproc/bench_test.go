@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +98,15 @@ func newBenchFleet(b *testing.B) *benchFleet {
 	return f
 }
 
+// processCPU is the CPU time the process has used so far (getrusage: user plus system).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // reportLatency reports the p50 and p99 of d (µs) under name.
 func reportLatency(b *testing.B, name string, d []time.Duration) float64 {
 	slices.Sort(d)
@@ -184,9 +194,11 @@ func BenchmarkDecision(b *testing.B) {
 	}{{"ids", f.ids}, {"text", f.text}} {
 		b.Run(c.name, func(b *testing.B) {
 			var picker, door, epp, eppTail []time.Duration
+			var cpuPicker, cpuDoor, cpuEPP time.Duration
 			req := &frontdoor.PickRequest{Tokens: f.toks, Model: simModel}
 			greq := &frontdoor.GatewayRequest{Path: "/v1/completions", Body: c.body}
 			for b.Loop() {
+				c0 := processCPU(b)
 				t0 := time.Now()
 				pk, err := f.picker.Pick(b.Context(), req, nil)
 				if err != nil {
@@ -194,6 +206,7 @@ func BenchmarkDecision(b *testing.B) {
 				}
 				pk.Done(frontdoor.Outcome{Status: 200})
 				picker = append(picker, time.Since(t0))
+				c1 := processCPU(b)
 
 				t0 = time.Now()
 				gp, err := f.fd.PickForGateway(b.Context(), greq)
@@ -205,9 +218,12 @@ func BenchmarkDecision(b *testing.B) {
 					b.Fatalf("the front door read %d tokens, want %d", gp.PromptTokens, len(f.toks))
 				}
 				gp.End(nil)
+				c2 := processCPU(b)
 
 				full, tail := f.eppRoundTrip(b, c.body)
 				epp, eppTail = append(epp, full), append(eppTail, tail)
+				c3 := processCPU(b)
+				cpuPicker, cpuDoor, cpuEPP = cpuPicker+c1-c0, cpuDoor+c2-c1, cpuEPP+c3-c2
 			}
 			p := reportLatency(b, "picker", picker)
 			reportLatency(b, "frontdoor", door)
@@ -215,6 +231,10 @@ func BenchmarkDecision(b *testing.B) {
 			et := reportLatency(b, "extproc-tail", eppTail)
 			b.ReportMetric(e-p, "added-p50-µs")
 			b.ReportMetric(et-p, "added-tail-p50-µs")
+			n := float64(len(picker))
+			b.ReportMetric(float64(cpuPicker.Microseconds())/n, "picker-cpu-µs")
+			b.ReportMetric(float64(cpuDoor.Microseconds())/n, "frontdoor-cpu-µs")
+			b.ReportMetric(float64(cpuEPP.Microseconds())/n, "extproc-cpu-µs")
 		})
 	}
 }

@@ -65,10 +65,19 @@ type simNode struct {
 	srv  *httptest.Server
 }
 
+// tb is what the rig needs of *testing.T and *testing.F.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	Context() context.Context
+}
+
 // rig is an endpoint picker over a front door over simulated engines, a gRPC server for it on
 // 127.0.0.1:0, and a fake gateway in front.
 type rig struct {
-	t      *testing.T
+	t      tb
 	nodes  []*simNode
 	list   *nodeList
 	index  *routing.Index
@@ -89,7 +98,7 @@ type rigOpts struct {
 	dead      int // the first dead nodes have no engine (connects are refused)
 }
 
-func newRig(t *testing.T, o rigOpts) *rig {
+func newRig(t tb, o rigOpts) *rig {
 	t.Helper()
 	if o.nodes == 0 {
 		o.nodes = 3
