@@ -11,6 +11,7 @@ type metrics struct {
 	estimateSeen  prometheus.Counter
 	estimateError prometheus.Histogram
 	decideSecs    prometheus.Histogram
+	answerSecs    prometheus.Histogram
 	ttft          prometheus.Histogram
 	streams       prometheus.Gauge
 	buffered      prometheus.Gauge
@@ -34,6 +35,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: append([]float64{0}, prometheus.ExponentialBuckets(16, 2, 12)...)}),
 		decideSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "decision_seconds",
 			Help: "Time from the end of the request body to the answer: parse, tokenise, pick.", Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16)}),
+		answerSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "answer_seconds",
+			Help: "Time from the end of the request body to the last answer handed to gRPC: the decision plus encoding the answer and the body back.", Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16)}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "ttft_seconds",
 			Help: "Time from the pick to the first output token (streams) or the response headers.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "streams",
@@ -45,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.outcomes, m.streamErrors, m.estimateExact, m.estimateSeen,
-		m.estimateError, m.decideSecs, m.ttft, m.streams, m.buffered} {
+		m.estimateError, m.decideSecs, m.answerSecs, m.ttft, m.streams, m.buffered} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -66,6 +66,10 @@ type Server struct {
 
 	streams  atomic.Int64 // streams open now
 	buffered atomic.Int64 // request body bytes held across streams
+
+	// observeAnswer, when set (by this package's benchmark, before serving), hears each
+	// request's answer_seconds: the picker's own share of the added latency.
+	observeAnswer func(time.Duration)
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)

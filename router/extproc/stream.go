@@ -213,15 +213,20 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	st.s.met.decideSecs.Observe(time.Since(start).Seconds())
 	switch {
 	case !withBody:
-		return false, st.send(headersResponse(true, st.dest, -1))
+		err = st.send(headersResponse(true, st.dest, -1))
 	case st.reqMode == procv3.ProcessingMode_FULL_DUPLEX_STREAMED:
-		if err := st.send(headersResponse(true, st.dest, len(body))); err != nil {
-			return false, err
+		if err = st.send(headersResponse(true, st.dest, len(body))); err == nil {
+			err = streamedBodyResponses(true, body, eos, st.send)
 		}
-		return false, streamedBodyResponses(true, body, eos, st.send)
 	default:
-		return false, st.send(bufferedBodyResponse(st.dest))
+		err = st.send(bufferedBodyResponse(st.dest))
 	}
+	answered := time.Since(start)
+	st.s.met.answerSecs.Observe(answered.Seconds())
+	if st.s.observeAnswer != nil {
+		st.s.observeAnswer(answered)
+	}
+	return false, err
 }
 
 // exclusions turns the subset hint into node ids the picker must leave out; ok is false when
