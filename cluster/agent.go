@@ -263,7 +263,7 @@ func (a *Agent) SetCold(cold bool) error {
 // SetEpoch moves this node to a new epoch: its cache was replaced by an empty one (a mirrored
 // engine restarted). From the call on, deltas, states and push/pull entries carry the new epoch
 // and the metadata gossips it; a router that sees it drops everything it knew about the old
-// epoch at once and repairs with GetSummary (DESIGN.md §5), so the node's NodeCache server must
+// epoch at once and repairs with GetSummary (docs/architecture.md, "One cache change"), so the node's NodeCache server must
 // already answer with the same epoch, and its summary must no longer hold the old cache's blocks.
 func (a *Agent) SetEpoch(epoch uint64) error {
 	if epoch == 0 {

@@ -1,4 +1,4 @@
-// Package cluster is prefixmesh's gossip layer (DESIGN.md §5): every node agent and router is a
+// Package cluster is prefixmesh's gossip layer (docs/architecture.md, "One cache change"): every node agent and router is a
 // hashicorp/memberlist member whose metadata (meta.go) names its role, node id, epoch and
 // addresses. A node agent polls its tree's summary journal every few milliseconds and sends the
 // changes as sequence-numbered deltas that each fit one UDP packet (delta.go), best effort and

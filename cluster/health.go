@@ -9,7 +9,7 @@ import (
 // Health is what a member knows about its own place in the cluster. A member that was given
 // seeds and knows no other member is isolated: it never joined (wrong key or label, seeds
 // unreachable) or lost every peer, and its daemon reports NOT_SERVING with Reason rather than
-// serve a view of a cluster of one (issue 15).
+// serve a view of a cluster of one.
 type Health struct {
 	OK      bool
 	Reason  string // why not OK; empty when OK

@@ -10,8 +10,8 @@ import (
 )
 
 // Outsiders can make memberlist log: every garbage, foreign-key or foreign-label packet that
-// reaches the gossip port writes one "[ERR] memberlist: …" line (4,000 packets gave 3,988 lines,
-// issue 15). Warnings and errors are therefore counted (prefixmesh_gossip_log_lines_total, and
+// reaches the gossip port writes one "[ERR] memberlist: …" line (4,000 packets gave 3,988 lines
+// in a probe). Warnings and errors are therefore counted (prefixmesh_gossip_log_lines_total, and
 // prefixmesh_gossip_bad_packets_total for the packet faults) and logged at most logBurst per
 // level per logInterval; the suppressed lines are summarised once the interval ends.
 const (

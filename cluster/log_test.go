@@ -76,7 +76,7 @@ func TestMemberlistLoggerLimits(t *testing.T) {
 
 // TestGarbagePacketsAreCountedNotLogged sends garbage and foreign-key packets to a real
 // member's gossip port: it stays up, counts them, and logs a handful of lines, not one per
-// packet (issue 15).
+// packet.
 func TestGarbagePacketsAreCountedNotLogged(t *testing.T) {
 	var c lineCounter
 	r := startRouter(t, "router-0", nil, func(cfg *Config) { cfg.Logger = slog.New(&c) })

@@ -45,7 +45,7 @@ const maxMetaString = 255
 // before) and needs no new version.
 const (
 	metaFlagDraining = 1 << 0
-	metaFlagCold     = 1 << 1 // issue 11: the node's mirror of its engine's cache is incomplete
+	metaFlagCold     = 1 << 1 // the node's mirror of its engine's cache is incomplete
 )
 
 // Meta is a member's metadata, carried by memberlist in its alive messages.

@@ -40,7 +40,7 @@ var errEpochMoved = errors.New("summary epoch differs from member metadata")
 const MaxSummaryHashes = 1 << 26
 
 // fetchBackoff is the reconnect backoff of a repair connection. grpc-go's default grows to
-// 120 s, which left a restarted node out of routing for up to 92 s (issue 15) while the mirror
+// 120 s, which left a restarted node out of routing for up to 92 s in a restart test while the mirror
 // itself retried every 5 s. These values equal DefaultConfig's RepairBackoff and
 // MaxRepairBackoff, and a repair replaces a connection that is not connected or idle anyway, so
 // the mirror's own schedule is what decides when a node is dialled again.

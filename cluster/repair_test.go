@@ -30,7 +30,7 @@ func serveNodeCache(t *testing.T, lis net.Listener, id string, epoch uint64) (*l
 	return tree, gs.Stop
 }
 
-// TestFetcherRedialsAfterOutage is the restart of issue 15: repairs of a node whose gRPC port is
+// TestFetcherRedialsAfterOutage is a node restart: repairs of a node whose gRPC port is
 // down fail while grpc-go's reconnect backoff grows; when the node is back on the same address,
 // the very next repair must reach it instead of failing until that backoff ends.
 func TestFetcherRedialsAfterOutage(t *testing.T) {

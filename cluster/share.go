@@ -7,7 +7,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// Router-to-router sharing (DESIGN.md §10): routers tell each other what only they know — the
+// Router-to-router sharing (routing/POLICIES.md, "Many routers"): routers tell each other what only they know — the
 // requests they route (decisions) and their in-flight load per node — in best-effort packets to
 // every other router member, the same path as node → router deltas. This file is the wire
 // format and the agent's two hooks; router/share owns what to send and what to do on receipt

@@ -3,6 +3,8 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/prefixmesh/prefixmesh/local"
 )
 
 const stateVersion = 1
@@ -88,16 +90,10 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// mix64 is SplitMix64's finaliser: block hashes are already xxhash outputs, but mixing again
-// makes the sum below robust to structured inputs (for example hashes chosen by a test).
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+// mix64 is local.Mix64 (SplitMix64's finaliser): block hashes are already xxhash outputs, but
+// mixing again makes the sum below robust to structured inputs (for example hashes chosen by a
+// test).
+func mix64(x uint64) uint64 { return local.Mix64(x) }
 
 // SetChecksum is the order-independent checksum of a hash set: the sum (mod 2^64) of mix64 of
 // every member. It updates in O(1) per change: add mix64(h) when h is added, subtract it when h

@@ -20,7 +20,7 @@ const (
 // per node but found through RadixTree.children by chained hash, and listed through an intrusive
 // sibling list (newest first) for leaf tests, visibility cascades and the sub-block arm.
 type node struct {
-	hash       uint64 // canonical chained block hash of the path (DESIGN.md §4); a root holds its adapter seed
+	hash       uint64 // canonical chained block hash of the path (hash.go); a root holds its adapter seed
 	lastAccess uint64 // tree clock at the last insert or inc_refs that touched the node
 	parent     int32
 	firstChild int32  // newest child
@@ -36,7 +36,7 @@ type node struct {
 	flags      uint8
 }
 
-// partialSuffix is a cached sequence's final, incomplete block (spec §1.2): no ref count, no hash.
+// partialSuffix is a cached sequence's final, incomplete block (CONTRACT.md, "Nodes, roots and adapters"): no ref count, no hash.
 type partialSuffix struct {
 	tokOff, tokLen uint32
 	block, disk    uint32

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Benchmarks of DESIGN.md §9 for an 8,192-token prompt in 16-token blocks (512 blocks). The
-// floor is hashing the same tokens (BenchmarkBlockHashes): every tree operation must at least
-// hash each block once. Run: go test -run '^$' -bench . -benchmem ./local/
+// The benchmarks behind DESIGN.md, "Measured", for an 8,192-token prompt in 16-token blocks (512
+// blocks). The floor is hashing the same tokens (BenchmarkBlockHashes): every tree operation must
+// at least hash each block once. Run: go test -run '^$' -bench . -benchmem ./local/
 
 const (
 	benchTokens = 8192
@@ -178,7 +178,7 @@ func BenchmarkMemory1M(b *testing.B) {
 
 // BenchmarkRatio reports each operation's cost as a multiple of the floor (hashing the same
 // prompt), timing the floor and the operation alternately in the same loop so that machine load
-// affects both alike. The x-floor metric is the figure DESIGN.md §9 asks for.
+// affects both alike. The x-floor metric is the figure DESIGN.md, "Measured", reports.
 func BenchmarkRatio(b *testing.B) {
 	p := benchPrompt(1)
 	half := append(p[:benchTokens/2:benchTokens/2], benchPrompt(2)[benchTokens/2:]...)

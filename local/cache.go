@@ -1,7 +1,7 @@
 package local
 
-// PrefixCache is the seed's node-local prefix cache contract (spec §2), one method per trait
-// method. Implementations are safe for concurrent use.
+// PrefixCache is the seed's node-local prefix cache contract (CONTRACT.md in this directory,
+// method by method), one method per method of the reference's Rust trait. Implementations are safe for concurrent use.
 type PrefixCache interface {
 	IsActive() bool
 	Lookup(tokens []uint32, blockSize int, sessionHash, adapterID uint64) PrefixMatch
@@ -27,7 +27,7 @@ type PrefixCache interface {
 // NoBlock is the u32::MAX sentinel: "no KV block" in a block table, "no disk block" in a disk list.
 const NoBlock uint32 = 0xFFFFFFFF
 
-// PrefixMatch is the result of Lookup (spec §1.10). The zero value is the empty match.
+// PrefixMatch is the result of Lookup (CONTRACT.md, "Result types"). The zero value is the empty match.
 type PrefixMatch struct {
 	MatchedBlocks       []uint32 // KV blocks of the matched prefix, in token order
 	MatchedDiskBlockIDs []uint32 // empty, or parallel to MatchedBlocks (NoBlock where a node has none)
@@ -44,10 +44,10 @@ type PrefixMatch struct {
 // IsEmpty reports whether nothing matched.
 func (m PrefixMatch) IsEmpty() bool { return m.MatchedTokens == 0 }
 
-// InsertAcquired tells the caller which references to move after an insert (spec §6.2): take a
+// InsertAcquired tells the caller which references to move after an insert (CONTRACT.md, "The caller's contract"): take a
 // disk ref on each DiskBlockIDs entry and a KV ref on each Blocks entry before dropping one on
 // each ReleasedBlocks entry. ReleasedDiskBlockIDs lists disk ids the cache stopped holding (a
-// replaced partial suffix), which the reference leaked (spec §9.2 d): drop one disk ref on each.
+// replaced partial suffix), which the reference leaked: drop one disk ref on each.
 type InsertAcquired struct {
 	DiskBlockIDs         []uint32
 	Blocks               []uint32
@@ -77,7 +77,7 @@ type TierEvict struct {
 	Depth int    // the entry's token count
 }
 
-// HitStats are a tree's lookup counters (spec §1.9, kept per instance per DESIGN.md §3).
+// HitStats are a tree's lookup counters (CONTRACT.md, "Hit counters"), per instance.
 type HitStats struct {
 	Hits      uint64 // lookups that matched > 0 tokens
 	Misses    uint64 // lookups that matched nothing
@@ -86,12 +86,13 @@ type HitStats struct {
 
 // Options are the tree's tunables; the zero value is the reference's default behaviour.
 type Options struct {
-	// SubBlockMatching lets a match end inside a block (spec §5). Off by default because the
-	// paged KV path has no copy-on-write: two writers into one block tear it (issues #692/#1193).
+	// SubBlockMatching lets a match end inside a block (CONTRACT.md, "Sub-block matching"). Off by
+	// default because the paged KV path has no copy-on-write: two writers into one block tear it.
 	SubBlockMatching bool
-	// Hermetic confines every snapshot entry to its own nonzero session (spec §3.4).
+	// Hermetic confines every snapshot entry to its own nonzero session (CONTRACT.md, "The session gate").
 	Hermetic bool
-	// DisableTailLease turns off the live session's tail/sibling protection (spec §3.13).
+	// DisableTailLease turns off the live session's tail/sibling protection (CONTRACT.md, "Victim choice and
+	// the tail lease").
 	DisableTailLease bool
 	// TailLeaseTTL is how many snapshot evictions a lease survives without a lookup from its
 	// session; 0 means the reference's 64, long enough for one turn's churn, short enough that a
@@ -100,7 +101,8 @@ type Options struct {
 	// SnapshotEvictAlpha weights depth against recency inside a session when choosing a snapshot
 	// victim, clamped to [0, 8]; 0 is pure LRU (the reference's default).
 	SnapshotEvictAlpha float64
-	// LegacySnapshotEviction picks snapshot victims by plain per-entry LRU (spec §3.9 legacy path).
+	// LegacySnapshotEviction picks snapshot victims by plain per-entry LRU (CONTRACT.md, "Snapshot
+	// eviction").
 	LegacySnapshotEviction bool
 	// JournalCapacity bounds the summary journal ring; 0 means DefaultJournalCapacity. A consumer
 	// that falls further behind than this takes a full snapshot instead.
@@ -117,6 +119,6 @@ const DefaultTailLeaseTTL = 64
 // SummaryEvent is one change to the set of visible full-block hashes.
 type SummaryEvent struct {
 	Seq   uint64 // 1, 2, 3, … per tree; 0 is "before the first change"
-	Hash  uint64 // canonical chained block hash (DESIGN.md §4)
+	Hash  uint64 // canonical chained block hash (hash.go)
 	Added bool   // true: became visible to walk; false: evicted or became invisible
 }

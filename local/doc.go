@@ -2,7 +2,7 @@
 // chunks, with reference counts for the sequences that hold them, LRU eviction of unheld leaves,
 // partial-block suffixes, optional disk (HSS) block ids, and a separate index of SSM state
 // snapshots keyed by token-prefix hash. It implements the seed's PrefixCache contract
-// (method by method in cache.go) with the decisions of DESIGN.md §3: invalid input is ignored
+// (method by method in CONTRACT.md in this directory) with the decisions listed there: invalid input is ignored
 // rather than panicking, children are found by the canonical chained block hash (BlockHashes) and
 // confirmed by comparing tokens, eviction is O(k log N) through a heap of evictable leaves, and
 // every tunable is an Options field. The tree also keeps a summary of itself, the set of chained

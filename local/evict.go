@@ -1,6 +1,6 @@
 package local
 
-// Eviction (spec §4) takes, one block at a time, the leaf with the smallest last_access among
+// Eviction (CONTRACT.md, "Evict") takes, one block at a time, the leaf with the smallest last_access among
 // non-root leaves with ref_count <= 1 (ties: lowest arena index), re-evaluating after each
 // removal so a released chain goes leaf-first in one call. The reference scans the whole arena
 // per block (O(k·N)); here the candidates live in a binary min-heap keyed by (lastAccess, arena
@@ -28,7 +28,7 @@ func (t *RadixTree) fixEvictable(c int32) {
 }
 
 // Evict frees at least numBlocks blocks if there are enough candidates (one more when the last
-// victim carries a partial suffix) and returns them with their real disk ids (spec §2.15, §4).
+// victim carries a partial suffix) and returns them with their real disk ids.
 func (t *RadixTree) Evict(numBlocks int) EvictedBlocks {
 	var out EvictedBlocks
 	if numBlocks <= 0 {

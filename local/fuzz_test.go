@@ -7,7 +7,7 @@ import (
 )
 
 // FuzzOps decodes a byte string into a configuration and an operation sequence for the model
-// driver: results equal the model's, spec §7 invariants and the summary hold after every step,
+// driver: results equal the model's, the invariants of CONTRACT.md and the summary hold after every step,
 // and nothing panics.
 func FuzzOps(f *testing.F) {
 	f.Add([]byte{4, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})

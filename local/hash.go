@@ -7,7 +7,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// The canonical block hash (DESIGN.md §4), shared by the node-local tree, its summary journal and
+// The canonical block hash, shared by the node-local tree, its summary journal and
 // the router's index, so that a router can compute from a prompt exactly the keys a node reports:
 //
 //	seed(adapter) = 0 if adapter == 0, else xxhash64(LE64(adapter))

@@ -7,7 +7,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// refHash is a byte-by-byte restatement of DESIGN.md §4 built on xxhash.Sum64 (one-shot), an
+// refHash is a byte-by-byte restatement of the definition in hash.go built on xxhash.Sum64 (one-shot), an
 // independent path from ChainHash's streaming digest and unsafe byte view.
 func refHash(tokens []uint32, bs int, adapter uint64) []uint64 {
 	var out []uint64

@@ -1,6 +1,6 @@
 package local
 
-// The summary journal (DESIGN.md §3 "local: the summary journal"). The summary is the set of
+// The summary journal (DESIGN.md, "Visibility and the summary journal"). The summary is the set of
 // chained hashes of the full-block nodes walk can reach; the node agent gossips it to routers.
 //
 // A node is visible when walk can reach it with some block size: its ref count is positive, its

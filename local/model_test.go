@@ -5,9 +5,9 @@ import (
 	"slices"
 )
 
-// The naive reference for model-based tests: spec §2 and §4 written the slow, obviously-correct
+// The naive reference for model-based tests: CONTRACT.md's tree methods written the slow, obviously-correct
 // way (children in insertion-ordered slices found by comparing tokens, an O(N) arena scan per
-// evicted block), plus the DESIGN.md §3 decisions (invalid input ignored, partial-suffix disk ids
+// evicted block), plus the decisions of CONTRACT.md (invalid input ignored, partial-suffix disk ids
 // reported). It also mirrors the reference's arena index allocation (LIFO free list) so the
 // eviction tie-break can be compared.
 

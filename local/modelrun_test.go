@@ -9,7 +9,7 @@ import (
 
 // The model-based test: random operation sequences (correct caller usage with a ledger of held
 // sequences, plus optional over-release and invalid calls) run against the tree and the naive
-// model side by side, checking results, state and spec §7 invariants 1–12 after every step, and
+// model side by side, checking results, state and invariants 1–12 of CONTRACT.md after every step, and
 // that the summary journal replays to exactly the set walk can reach.
 
 // source yields the random choices; rngSource for tests, byteSource for fuzzing.
@@ -387,7 +387,7 @@ func (d *driver) checkAcq(got, want InsertAcquired) error {
 }
 
 // checkBalance is invariant 2: with every sequence released, every node is back to the cache's
-// own ref. Over-release and unaligned sub-block matches (spec §9.2 m) legitimately break it.
+// own ref. Over-release and unaligned sub-block matches (CONTRACT.md, "Sub-block matching") legitimately break it.
 func (d *driver) checkBalance() error {
 	for _, n := range d.m.arena {
 		if n == nil || n.root {

@@ -1,6 +1,6 @@
 package local
 
-// NoPrefixCaching is the cache that caches nothing (spec §2.1): lookups miss without counting,
+// NoPrefixCaching is the cache that caches nothing (CONTRACT.md, "NoPrefixCaching"): lookups miss without counting,
 // inserts acquire nothing, and IsActive is false so callers skip all KV-ref bookkeeping tied to
 // the cache.
 var NoPrefixCaching PrefixCache = noPrefixCaching{}

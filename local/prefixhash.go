@@ -1,9 +1,9 @@
 package local
 
-// The SSM snapshot key (spec §1.5): FNV-1a-style over 32-bit words, not bytes. Each step XORs
+// The SSM snapshot key (CONTRACT.md, "Entries and keys"): FNV-1a-style over 32-bit words, not bytes. Each step XORs
 // the 64-bit state with the zero-extended value and multiplies by the FNV-64 prime, wrapping.
 // A nonzero adapter id is folded in first as one 64-bit step, so base-model keys equal the plain
-// token-only hash and keys of different adapters differ (index isolation, spec §3.4).
+// token-only hash and keys of different adapters differ (index isolation).
 //
 // This is deliberately not the canonical block hash of hash.go: the key covers an arbitrary
 // (possibly unaligned) token count, and it stays bit-compatible with the reference's keys, which

@@ -10,7 +10,7 @@ func snapSeq(from, to uint32) []uint32 {
 	return out
 }
 
-// TestPrefixHashVectors pins the spec §1.5 vectors (computed independently of this code). The
+// TestPrefixHashVectors pins vectors computed independently of this code. The
 // tier store keys blobs by these values, so a change here orphans every spilled snapshot.
 func TestPrefixHashVectors(t *testing.T) {
 	mixed := []uint32{7, 42, 1000, 65535, 3, 0, 128}
@@ -35,8 +35,8 @@ func TestPrefixHashVectors(t *testing.T) {
 	}
 }
 
-// TestContextHashVectors checks the same FNV word step against the tree-context vectors of spec
-// §1.5 (root hash 0, no adapter fold). The tree itself uses the canonical block hash instead; the
+// TestContextHashVectors checks the same FNV word step against the reference's tree-context hash vectors
+// (root hash 0, no adapter fold). The tree itself uses the canonical block hash instead; the
 // vectors are kept to show the step function is the reference's.
 func TestContextHashVectors(t *testing.T) {
 	first := prefixHashExtend(0, snapSeq(0, 16))
@@ -48,7 +48,7 @@ func TestContextHashVectors(t *testing.T) {
 	}
 }
 
-// TestPrefixHashProperties covers spec §8.5 item 13 and the clamping of count.
+// TestPrefixHashProperties covers the reference's snapshot.rs case 13 and the clamping of count.
 func TestPrefixHashProperties(t *testing.T) {
 	toks := []uint32{9, 8, 7, 6, 5}
 	// Adapter 0 is plain FNV over the tokens.

@@ -3,7 +3,7 @@ package local
 import "testing"
 
 // treePool is a tiny KV block pool (a hand-written fake of the engine's) that applies the cache's
-// results the way spec §6 says: refcounts per block, a block is free at 0.
+// results the way CONTRACT.md, "The caller's contract", says: refcounts per block, a block is free at 0.
 type treePool struct {
 	refs []int
 }
@@ -74,7 +74,7 @@ func (p *treePool) cacheSequence(t *testing.T, tr *RadixTree, tokens []uint32) {
 	}
 }
 
-// treeReclaim is the engine's admission-time reclaim (spec §2.7 step 4): pin the prompt's cached
+// treeReclaim is the engine's admission-time reclaim (CONTRACT.md, "PinPrefix"): pin the prompt's cached
 // prefix, evict until `needed − pinned blocks` blocks are free or nothing is evictable, unpin.
 func treeReclaim(t *testing.T, tr *RadixTree, p *treePool, prompt []uint32, needed int) (target, free int) {
 	m := tr.PinPrefix(prompt, bs, 0)
@@ -90,7 +90,7 @@ func treeReclaim(t *testing.T, tr *RadixTree, p *treePool, prompt []uint32, need
 	return target, p.free()
 }
 
-func TestReclaim(t *testing.T) { // spec §8.13, the tree half (tree_snapshot_test.go has the snapshots)
+func TestReclaim(t *testing.T) { // the reference's prefix_reclaim_tests.rs, the tree half (tree_snapshot_test.go has the snapshots)
 	prefix := toks(0, 96)
 	t.Run("warm admission keeps the prefix it reuses", func(t *testing.T) {
 		tr, p := NewRadixTree(Options{}), newTreePool(10)

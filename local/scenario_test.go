@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Scenarios of spec §8.1–8.4, 8.12 and 8.14. Block size 16, matched 0 and adapter 0 unless stated.
+// Scenarios of the reference's tests (CONTRACT.md, "Reference tests"). Block size 16, matched 0 and adapter 0 unless stated.
 
 const bs = 16
 
@@ -43,7 +43,7 @@ func stats(t *testing.T, tr *RadixTree, want int) {
 	}
 }
 
-func TestBasic(t *testing.T) { // spec §8.1
+func TestBasic(t *testing.T) { // basic.rs
 	t.Run("exact", func(t *testing.T) {
 		tr := NewRadixTree(Options{})
 		tr.Insert(toks(0, 16), []uint32{42}, nil, bs, 0, 0)
@@ -175,7 +175,7 @@ func TestBasic(t *testing.T) { // spec §8.1
 	})
 }
 
-func TestHSS(t *testing.T) { // spec §8.2
+func TestHSS(t *testing.T) { // basic_hss.rs
 	tr := NewRadixTree(Options{})
 	acq := tr.Insert(toks(0, 32), []uint32{10, 20}, []uint32{100, 101}, bs, 0, 0)
 	eq(t, "disk", acq.DiskBlockIDs, []uint32{100, 101})
@@ -201,7 +201,7 @@ func TestHSS(t *testing.T) { // spec §8.2
 	}
 }
 
-func TestAdapters(t *testing.T) { // spec §8.3
+func TestAdapters(t *testing.T) { // adapter.rs
 	const a, b = 0xA, 0xB
 	tr := NewRadixTree(Options{})
 	tr.Insert(toks(0, 32), []uint32{10, 20}, nil, bs, 0, a)
@@ -223,7 +223,7 @@ func TestAdapters(t *testing.T) { // spec §8.3
 	mustStructure(t, tr)
 }
 
-func TestPartialTail(t *testing.T) { // spec §8.4
+func TestPartialTail(t *testing.T) { // partial_tail.rs
 	for _, armed := range []bool{false, true} {
 		tr := NewRadixTree(Options{SubBlockMatching: armed})
 		tr.Insert(toks(0, 20), []uint32{10, 11}, nil, bs, 0, 0)
@@ -253,7 +253,7 @@ func TestPartialTail(t *testing.T) { // spec §8.4
 }
 
 func TestSubBlockDeterministicChild(t *testing.T) {
-	// Two children start with the same suffix: the oldest wins, every time (spec §9.2 l).
+	// Two children start with the same suffix: the oldest wins, every time.
 	tr := NewRadixTree(Options{SubBlockMatching: true})
 	tr.Insert(cat(toks(0, 16), toks(100, 116)), []uint32{1, 2}, nil, bs, 0, 0)
 	tr.Insert(cat(toks(0, 16), toks(100, 104), toks(500, 512)), []uint32{1, 3}, nil, bs, 0, 0)
@@ -263,7 +263,7 @@ func TestSubBlockDeterministicChild(t *testing.T) {
 	lookupIs(t, tr, toks(0, 5), 0, 5, []uint32{1})
 }
 
-func TestNoPrefixCaching(t *testing.T) { // spec §8.12, §2.1
+func TestNoPrefixCaching(t *testing.T) { // the telemetry crate's prefix_cache tests
 	if !(PrefixMatch{}).IsEmpty() {
 		t.Fatal("empty match not empty")
 	}
@@ -311,7 +311,7 @@ func TestNoPrefixCaching(t *testing.T) { // spec §8.12, §2.1
 	}
 }
 
-func TestExtra(t *testing.T) { // spec §8.14 and DESIGN.md §3 decisions
+func TestExtra(t *testing.T) { // not in the reference: CONTRACT.md, "Decisions", and edge cases
 	t.Run("over-release", func(t *testing.T) {
 		tr := NewRadixTree(Options{})
 		tr.Insert(toks(0, 16), []uint32{42}, nil, bs, 0, 0)

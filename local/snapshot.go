@@ -7,10 +7,10 @@ import (
 	"sync"
 )
 
-// The SSM snapshot index (spec §3). It maps a token prefix, as its prefixHash key, to where the
+// The SSM snapshot index (CONTRACT.md, "The snapshot index"). It maps a token prefix, as its prefixHash key, to where the
 // SSM state after that prefix lives: a resident pool slot, or a tier key once the entry has been
 // spilled. It is independent of the radix tree: evicting tree nodes never touches it and the
-// reverse; the two are guarded by separate mutexes and no method holds both (spec §1.1).
+// reverse; the two are guarded by separate mutexes and no method holds both.
 //
 // Layout. entries is the reference's flat list, scanned linearly by victim choice and removed
 // from by swap-remove, so list order (which breaks victim ties) is the reference's. Two
@@ -25,7 +25,7 @@ import (
 //     the entries no deeper than `matched`, where the reference hashed the prefix from scratch
 //     once per entry (O(entries × depth)). BenchmarkLookupTiered measures both.
 //
-// Decisions (DESIGN.md §3, spec §9.2): the slot being registered is never reported as displaced
+// Decisions (CONTRACT.md, "Decisions"): the slot being registered is never reported as displaced
 // (the reference handed it back when the same slot was re-registered for the same key, and the
 // caller freed a live slot; a tail sweep likewise skips an entry holding the new slot); promote on a resident entry answers false and changes nothing (the
 // reference overwrote and leaked the live slot); a negative slot or token count is invalid input
@@ -35,7 +35,7 @@ import (
 // can never be restored, tail inserts do not count saves, and the legacy eviction path does not
 // advance evictionsSinceLookup.
 
-// SnapshotStats are the index counters of spec §3.3. They only ever grow. Misses are
+// SnapshotStats are the index counters. They only ever grow. Misses are
 // Lookups − Hits.
 type SnapshotStats struct {
 	Saves                 uint64 // entries pushed by plain and sibling inserts (not tail inserts)
@@ -51,7 +51,7 @@ type SnapshotStats struct {
 	TierReaps             uint64 // successful forgets
 }
 
-// snapEntry is one snapshot (spec §3.2).
+// snapEntry is one snapshot (CONTRACT.md, "Entries and keys").
 type snapEntry struct {
 	slot          int    // resident pool slot; stale while tiered
 	session       uint64 // session that registered it (0: none)
@@ -103,7 +103,7 @@ type snapshotIndex struct {
 	byKey   map[uint64]int // key → index into entries
 	byDepth []depthKey     // one per entry, sorted by (depth, key)
 
-	clock                uint64 // the index's own access clock (spec §1.7)
+	clock                uint64 // the index's own access clock
 	lastLookupSession    uint64 // session of the latest lookup with a nonzero session
 	evictionsSinceLookup uint32 // saturating; renewed by every nonzero-session lookup
 	stats                SnapshotStats
@@ -137,10 +137,10 @@ func newSnapshotIndex(opts Options) *snapshotIndex {
 	}
 }
 
-// lookupTiered is the serving lookup (spec §3.5): the deepest anchor no deeper than matched whose
+// lookupTiered is the serving lookup (CONTRACT.md, "Serving lookup"): the deepest anchor no deeper than matched whose
 // key is the prompt's prefix hash at its depth and which the session gate lets through, resident
 // or spilled. A nonzero session is latched and renews its tail lease, hit or miss. Only the
-// winner's recency is bumped (spec §9.1 item 6). Depths beyond len(tokens) cannot be hashed and
+// winner's recency is bumped. Depths beyond len(tokens) cannot be hashed and
 // never match; matched < 0 counts as 0.
 func (x *snapshotIndex) lookupTiered(tokens []uint32, matched int, session, adapter uint64) (snapMatch, bool) {
 	x.mu.Lock()
@@ -158,8 +158,8 @@ func (x *snapshotIndex) lookupTiered(tokens []uint32, matched int, session, adap
 }
 
 // lookupResident is the reference's resident-only lookup (test-only there): lookupTiered with
-// spilled entries skipped, same latch, stats and recency. Kept so the index tests of spec §8.6
-// can exercise both variants through the one gate.
+// spilled entries skipped, same latch, stats and recency. Kept so the index tests of the reference's
+// snapshot_index.rs can exercise both variants through the one gate.
 func (x *snapshotIndex) lookupResident(tokens []uint32, matched int, session, adapter uint64) (slot, depth int, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -219,7 +219,7 @@ func (x *snapshotIndex) lookupLocked(tokens []uint32, matched int, session, adap
 	return best, true
 }
 
-// insert is the plain insert (spec §3.6), used for finish leaves and intermediate anchors. It
+// insert is the plain insert (CONTRACT.md, "Snapshot inserts"), used for finish leaves and intermediate anchors. It
 // returns the displaced resident slot, if any, for the caller to free.
 func (x *snapshotIndex) insert(key uint64, slot int, session uint64, tokenCount int) (displaced int, ok bool) {
 	if slot < 0 || tokenCount < 0 {
@@ -230,7 +230,7 @@ func (x *snapshotIndex) insert(key uint64, slot int, session uint64, tokenCount 
 	return x.upsertLocked(key, slot, session, tokenCount, snapPlain)
 }
 
-// insertTail registers the session's tail capture (spec §3.7). A nonzero session first sweeps
+// insertTail registers the session's tail capture. A nonzero session first sweeps
 // its previous tail and sibling, so it keeps at most one of each (invariant 16). It returns every
 // resident slot it displaced; a swept spilled entry returns nothing (its slot was handed back at
 // spill time) and its tier blob is orphaned.
@@ -260,7 +260,7 @@ func (x *snapshotIndex) insertTail(key uint64, slot int, session uint64, tokenCo
 	return out
 }
 
-// insertTailSibling registers the capture one block below the tail (spec §3.8). It does not
+// insertTailSibling registers the capture one block below the tail. It does not
 // sweep: call it after insertTail for the same capture, whose sweep removed the old sibling.
 func (x *snapshotIndex) insertTailSibling(key uint64, slot int, session uint64, tokenCount int) (displaced int, ok bool) {
 	if slot < 0 || tokenCount < 0 {
@@ -271,7 +271,8 @@ func (x *snapshotIndex) insertTailSibling(key uint64, slot int, session uint64, 
 	return x.upsertLocked(key, slot, session, tokenCount, snapSibling)
 }
 
-// upsertLocked overwrites key's entry (which becomes resident with the kind's flags, spec §3.14)
+// upsertLocked overwrites key's entry (which becomes resident with the kind's flags: CONTRACT.md,
+// "Resident and spilled")
 // or pushes a new one. It returns the old slot if the entry was resident on another slot.
 func (x *snapshotIndex) upsertLocked(key uint64, slot int, session uint64, tokenCount int, kind snapKind) (int, bool) {
 	x.clock++
@@ -290,7 +291,7 @@ func (x *snapshotIndex) upsertLocked(key uint64, slot int, session uint64, token
 		return 0, false
 	}
 	if kind != snapTail {
-		x.stats.Saves++ // parity: tail pushes are not counted (spec §9.2 i)
+		x.stats.Saves++ // parity: tail pushes are not counted
 	}
 	x.pushLocked(snapEntry{
 		slot: slot, session: session, tokenCount: tokenCount, key: key, lastAccess: x.clock,
@@ -299,7 +300,7 @@ func (x *snapshotIndex) upsertLocked(key uint64, slot int, session uint64, token
 	return 0, false
 }
 
-// evictLRU removes a resident victim (spec §3.9) and returns its slot; false when every entry is
+// evictLRU removes a resident victim (CONTRACT.md, "Snapshot eviction") and returns its slot; false when every entry is
 // spilled or there is none.
 func (x *snapshotIndex) evictLRU() (int, bool) {
 	x.mu.Lock()
@@ -319,13 +320,13 @@ func (x *snapshotIndex) evictLRU() (int, bool) {
 	slot := x.entries[i].slot
 	x.removeLocked(i)
 	x.stats.Evictions++
-	if !x.legacy { // parity: the legacy path does not shorten the lease (spec §9.2 j)
+	if !x.legacy { // parity: the legacy path does not shorten the lease
 		x.bumpEvictionsSinceLookupLocked()
 	}
 	return slot, true
 }
 
-// evictSlot removes the first resident entry on slot, without consulting the lease (spec §2.17):
+// evictSlot removes the first resident entry on slot, without consulting the lease:
 // the caller chose the victim itself. A spilled entry's slot is stale and never matches.
 func (x *snapshotIndex) evictSlot(slot int) bool {
 	if slot < 0 {
@@ -344,7 +345,7 @@ func (x *snapshotIndex) evictSlot(slot int) bool {
 	return false
 }
 
-// evictToTier frees a resident victim's slot (spec §3.10): an entry at least minTokens deep (any
+// evictToTier frees a resident victim's slot: an entry at least minTokens deep (any
 // depth when minTokens <= 0) stays findable as spilled under its key; a shallower one is dropped,
 // so no warm turn pays a blob-sized read that costs more than the recompute.
 func (x *snapshotIndex) evictToTier(minTokens int) (TierEvict, bool) {
@@ -370,8 +371,8 @@ func (x *snapshotIndex) evictToTier(minTokens int) (TierEvict, bool) {
 	return TierEvict{Spill: true, Slot: e.slot, Key: e.key, Depth: e.tokenCount}, true
 }
 
-// promote makes a spilled entry resident at newSlot after the caller faulted its bytes in (spec
-// §3.11). A resident entry answers false and keeps its live slot (DESIGN.md §3).
+// promote makes a spilled entry resident at newSlot after the caller faulted its bytes in. A
+// resident entry answers false and keeps its live slot (CONTRACT.md, "Decisions").
 func (x *snapshotIndex) promote(key uint64, newSlot int) bool {
 	if newSlot < 0 {
 		return false
@@ -387,7 +388,7 @@ func (x *snapshotIndex) promote(key uint64, newSlot int) bool {
 	return true
 }
 
-// forgetTiered removes a spilled entry whose blob is gone (spec §3.12). It refuses a resident
+// forgetTiered removes a spilled entry whose blob is gone. It refuses a resident
 // entry (its slot is live and this path could not hand it back) and does not count as an
 // eviction: a reap frees no slot and must not shorten the lease.
 func (x *snapshotIndex) forgetTiered(key uint64) bool {

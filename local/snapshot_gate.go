@@ -1,8 +1,8 @@
 package local
 
-// sessionGateBlocks is the session gate of spec §3.4, the single place its condition is written
+// sessionGateBlocks is the session gate (CONTRACT.md, "The session gate"), the single place its condition is written
 // (both lookups call it; TestSessionGateSingleSource fails if another file spells it out, because
-// two hand-written copies once drifted apart and only one of them ran, spec §9.1 item 11).
+// two hand-written copies once drifted apart and only one of them ran).
 //
 // Outside hermetic mode plain and sibling entries are content-addressed and shared by every
 // session, session 0 included. A tail is restorable only by its own nonzero session: it holds the

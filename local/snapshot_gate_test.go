@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestSessionGateTruthTable is spec §8.10.
+// TestSessionGateTruthTable is the reference's snapshot_session_gate.rs truth table.
 func TestSessionGateTruthTable(t *testing.T) {
 	type kind int
 	const (
@@ -87,7 +87,7 @@ func gateSpelled(src string) bool {
 	return false
 }
 
-// TestSessionGateSingleSource is the reference's source-scan test (spec §3.4, §8.10): no file of
+// TestSessionGateSingleSource is the reference's source-scan test (snapshot_session_gate.rs): no file of
 // the package other than snapshot_gate.go spells out the gate condition, tests included (the
 // model-based test's reference implementation calls sessionGateBlocks too).
 func TestSessionGateSingleSource(t *testing.T) {

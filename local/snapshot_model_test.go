@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// Model-based test of the snapshot index (STYLE.md 13): random operation sequences run against
-// the index and against refIndex (snapshot_ref_test.go), a naive restatement of spec §3 (a plain
-// list, linear scans, every key hashed from scratch), with invariants 13–19 of spec §7 checked
+// Model-based test of the snapshot index (a model-based test): random operation sequences run against
+// the index and against refIndex (snapshot_ref_test.go), a naive restatement of CONTRACT.md, "The snapshot index" (a plain
+// list, linear scans, every key hashed from scratch), with invariants 13–19 of CONTRACT.md checked
 // after every step. The index must agree with the reference on every result and on its whole
 // state (entries in list order, clock, latch, lease counter, stats).
 //
@@ -160,7 +160,7 @@ func (m *snapModel) step(p snapPicker) string {
 		m.sibOK[session] = true
 		m.checkKind(key, snapTail)
 		return "insertTail"
-	case op < 11: // a sibling follows its session's tail (spec §2.12)
+	case op < 11: // a sibling follows its session's tail
 		if !m.sibOK[session] && session != 0 {
 			return "skip"
 		}

@@ -113,7 +113,7 @@ func (r *refIndex) leaseActive() bool {
 	return r.latch != 0 && !r.leaseOff && r.since < r.ttl
 }
 
-// victim restates spec §3.13 in two stages: the stalest session with a candidate, then the
+// victim restates CONTRACT.md, "Victim choice and the tail lease", in two stages: the stalest session with a candidate, then the
 // smallest score within it (first in list order on a tie).
 func (r *refIndex) victim() int {
 	protect := r.leaseActive()

@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// Index unit tests, spec §8.6, §8.8 and the index half of §8.9. Fixtures built with snapFix use
+// Index unit tests: the reference's snapshot_index.rs, snapshot_insert_tier.rs and the index half
+// of snapshot_reap.rs. Fixtures built with snapFix use
 // key = slot and an explicit recency, and set the live session directly, as the reference's do.
 
 func snapFix(x *snapshotIndex, slot int, session uint64, depth int, recency uint64, kind snapKind) {
@@ -43,7 +44,7 @@ var snapToks = snapSeq(1000, 1000+20000)
 
 func snapKey(n int) uint64 { return prefixHash(snapToks, n, 0) }
 
-func TestSnapshotLeaseOnOff(t *testing.T) { // §8.6.1
+func TestSnapshotLeaseOnOff(t *testing.T) { // snapshot_index.rs case 1
 	for _, off := range []bool{true, false} {
 		x := newSnapshotIndex(Options{DisableTailLease: off})
 		snapFix(x, 7, 1, 10, 50, snapPlain)
@@ -58,7 +59,7 @@ func TestSnapshotLeaseOnOff(t *testing.T) { // §8.6.1
 	}
 }
 
-func TestSnapshotEvictionIgnoresHitsButHitsRefresh(t *testing.T) { // §8.6.2
+func TestSnapshotEvictionIgnoresHitsButHitsRefresh(t *testing.T) { // snapshot_index.rs case 2
 	x := newSnapshotIndex(Options{})
 	x.insert(snapKey(40), 1, 7, 40)
 	x.insert(snapKey(50), 4, 7, 50)
@@ -74,7 +75,7 @@ func TestSnapshotEvictionIgnoresHitsButHitsRefresh(t *testing.T) { // §8.6.2
 	wantSlot(t, "evictLRU", s, ok, 1)
 }
 
-func TestSnapshotOnlyWinnerRecencyMoves(t *testing.T) { // §8.6.3
+func TestSnapshotOnlyWinnerRecencyMoves(t *testing.T) { // snapshot_index.rs case 3
 	for _, resident := range []bool{false, true} {
 		x := newSnapshotIndex(Options{})
 		x.insert(snapKey(16), 1, 0, 16)
@@ -96,7 +97,7 @@ func TestSnapshotOnlyWinnerRecencyMoves(t *testing.T) { // §8.6.3
 	}
 }
 
-func TestSnapshotSessionLatch(t *testing.T) { // §8.6.4
+func TestSnapshotSessionLatch(t *testing.T) { // snapshot_index.rs case 4
 	x := newSnapshotIndex(Options{})
 	x.lookupResident(snapToks, 10, 42, 0)
 	x.lookupResident(snapToks, 10, 0, 0)
@@ -110,7 +111,7 @@ func TestSnapshotSessionLatch(t *testing.T) { // §8.6.4
 	}
 }
 
-func TestSnapshotStats(t *testing.T) { // §8.6.5
+func TestSnapshotStats(t *testing.T) { // snapshot_index.rs case 5
 	x := newSnapshotIndex(Options{})
 	if _, ok := x.lookupTiered(snapToks, 100, 0, 0); ok {
 		t.Fatal("cold lookup hit")
@@ -126,7 +127,7 @@ func TestSnapshotStats(t *testing.T) { // §8.6.5
 	}
 }
 
-func TestSnapshotEvictToTierSpillsOlder(t *testing.T) { // §8.6.6
+func TestSnapshotEvictToTierSpillsOlder(t *testing.T) { // snapshot_index.rs case 6
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 9, 0, 100, 10, snapPlain)
 	snapFix(x, 3, 0, 100, 20, snapPlain)
@@ -141,7 +142,7 @@ func TestSnapshotEvictToTierSpillsOlder(t *testing.T) { // §8.6.6
 	wantSlot(t, "evictLRU", s, ok, 3)
 }
 
-func TestSnapshotEvictToTierDropsShallow(t *testing.T) { // §8.6.7
+func TestSnapshotEvictToTierDropsShallow(t *testing.T) { // snapshot_index.rs case 7
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 9, 0, 100, 10, snapPlain)
 	te, ok := x.evictToTier(1024)
@@ -156,7 +157,7 @@ func TestSnapshotEvictToTierDropsShallow(t *testing.T) { // §8.6.7
 	}
 }
 
-func TestSnapshotEvictToTierSpillsDeep(t *testing.T) { // §8.6.8, and depth == min spills
+func TestSnapshotEvictToTierSpillsDeep(t *testing.T) { // snapshot_index.rs case 8, and depth == min spills
 	for _, depth := range []int{16000, 1024} {
 		x := newSnapshotIndex(Options{})
 		snapFix(x, 9, 0, depth, 10, snapPlain)
@@ -167,7 +168,7 @@ func TestSnapshotEvictToTierSpillsDeep(t *testing.T) { // §8.6.8, and depth == 
 	}
 }
 
-func TestSnapshotSpilledLookupAndPromote(t *testing.T) { // §8.6.9, §8.6.10
+func TestSnapshotSpilledLookupAndPromote(t *testing.T) { // snapshot_index.rs cases 9 and 10
 	x := newSnapshotIndex(Options{})
 	ph := snapKey(32)
 	x.insert(ph, 5, 0, 32)
@@ -195,7 +196,7 @@ func TestSnapshotSpilledLookupAndPromote(t *testing.T) { // §8.6.9, §8.6.10
 	}
 }
 
-func TestSnapshotEverythingSpilled(t *testing.T) { // §8.6.11
+func TestSnapshotEverythingSpilled(t *testing.T) { // snapshot_index.rs case 11
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 1, 0, 10, 1, snapPlain)
 	snapFix(x, 2, 0, 10, 2, snapPlain)
@@ -214,7 +215,7 @@ func TestSnapshotEverythingSpilled(t *testing.T) { // §8.6.11
 	}
 }
 
-func TestSnapshotReinsertUnspills(t *testing.T) { // §8.6.12
+func TestSnapshotReinsertUnspills(t *testing.T) { // snapshot_index.rs case 12
 	x := newSnapshotIndex(Options{})
 	x.insert(0xAA, 1, 0, 10)
 	x.evictToTier(0)
@@ -224,7 +225,7 @@ func TestSnapshotReinsertUnspills(t *testing.T) { // §8.6.12
 	wantSlot(t, "evictLRU", s, ok, 5)
 }
 
-func TestSnapshotRoundTrip(t *testing.T) { // §8.6.13
+func TestSnapshotRoundTrip(t *testing.T) { // snapshot_index.rs case 13
 	x := newSnapshotIndex(Options{})
 	x.insert(snapKey(32), 42, 0, 32)
 	if slot, depth, ok := x.lookupResident(snapToks, 48, 0, 0); !ok || slot != 42 || depth != 32 {
@@ -235,7 +236,7 @@ func TestSnapshotRoundTrip(t *testing.T) { // §8.6.13
 	}
 }
 
-func TestSnapshotPlainLRUOrder(t *testing.T) { // §8.6.14
+func TestSnapshotPlainLRUOrder(t *testing.T) { // snapshot_index.rs case 14
 	x := newSnapshotIndex(Options{})
 	x.insert(snapKey(1), 1, 0, 1)
 	x.insert(snapKey(2), 2, 0, 2)
@@ -247,7 +248,7 @@ func TestSnapshotPlainLRUOrder(t *testing.T) { // §8.6.14
 	wantNone(t, "evictLRU", s, ok)
 }
 
-func TestSnapshotSessionIsolation(t *testing.T) { // §8.6.15
+func TestSnapshotSessionIsolation(t *testing.T) { // snapshot_index.rs case 15
 	x := newSnapshotIndex(Options{})
 	k := snapKey(32)
 	x.insert(k, 42, 100, 32)
@@ -269,7 +270,7 @@ func TestSnapshotSessionIsolation(t *testing.T) { // §8.6.15
 	}
 }
 
-func TestSnapshotOverwrite(t *testing.T) { // §8.6.16
+func TestSnapshotOverwrite(t *testing.T) { // snapshot_index.rs case 16
 	x := newSnapshotIndex(Options{})
 	x.insert(snapKey(16), 5, 0, 16)
 	d, ok := x.insert(snapKey(16), 8, 0, 16)
@@ -282,7 +283,7 @@ func TestSnapshotOverwrite(t *testing.T) { // §8.6.16
 	}
 }
 
-func TestSnapshotDeepestMatch(t *testing.T) { // §8.6.17
+func TestSnapshotDeepestMatch(t *testing.T) { // snapshot_index.rs case 17
 	x := newSnapshotIndex(Options{})
 	x.insert(snapKey(16), 16, 0, 16)
 	x.insert(snapKey(32), 32, 0, 32)
@@ -300,7 +301,7 @@ func TestSnapshotDeepestMatch(t *testing.T) { // §8.6.17
 	}
 }
 
-// TestSnapshotIndexAdapterIsolation is spec §8.5 item 14 at the index level.
+// TestSnapshotIndexAdapterIsolation is the reference's snapshot.rs case 14 at the index level.
 func TestSnapshotIndexAdapterIsolation(t *testing.T) {
 	x := newSnapshotIndex(Options{})
 	const a = 0xA
@@ -343,7 +344,7 @@ func TestSnapshotLookupBounds(t *testing.T) {
 	}
 }
 
-func TestSnapshotEvictSlot(t *testing.T) { // §2.17
+func TestSnapshotEvictSlot(t *testing.T) {
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 4, 1, 10, 1, snapTail)
 	snapFix(x, 5, 2, 10, 2, snapPlain)
@@ -363,7 +364,7 @@ func TestSnapshotEvictSlot(t *testing.T) { // §2.17
 	}
 }
 
-// §8.8: no double free of spilled slots.
+// snapshot_insert_tier.rs: no double free of spilled slots.
 func TestSnapshotInsertOverSpilled(t *testing.T) {
 	spilled := func(kind snapKind, slot int) *snapshotIndex {
 		x := newSnapshotIndex(Options{})
@@ -410,7 +411,7 @@ func TestSnapshotInsertOverSpilled(t *testing.T) {
 	}
 }
 
-// §8.9 items 3–6.
+// snapshot_reap.rs cases 3–6.
 func TestSnapshotForgetTiered(t *testing.T) {
 	x := newSnapshotIndex(Options{})
 	ph := snapKey(64)
@@ -444,7 +445,7 @@ func TestSnapshotForgetTiered(t *testing.T) {
 	}
 }
 
-// DESIGN.md §3 decisions that differ from the reference (spec §9.2 e, f) and invalid input.
+// CONTRACT.md, "Decisions", that differ from the reference, and invalid input.
 func TestSnapshotDecisions(t *testing.T) {
 	x := newSnapshotIndex(Options{})
 	x.insert(1, 5, 0, 10)
@@ -494,8 +495,8 @@ func TestSnapshotOptionsClamp(t *testing.T) {
 	}
 }
 
-// TestSnapshotLegacyEviction: spec §3.9 legacy path: per-entry LRU over resident entries, lease
-// ignored, evictionsSinceLookup not advanced (parity, spec §9.2 j).
+// TestSnapshotLegacyEviction: the legacy path: per-entry LRU over resident entries, lease
+// ignored, evictionsSinceLookup not advanced (parity).
 func TestSnapshotLegacyEviction(t *testing.T) {
 	x := newSnapshotIndex(Options{LegacySnapshotEviction: true})
 	snapFix(x, 1, 1, 10, 5, snapTail) // oldest, leased under the session-aware path

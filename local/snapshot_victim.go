@@ -2,15 +2,15 @@ package local
 
 import "math"
 
-// Victim choice for the snapshot index (spec §3.13) and the tail lease.
+// Victim choice for the snapshot index and the tail lease (CONTRACT.md,
+// "Victim choice and the tail lease").
 //
 // Why sessions first: the entries of one conversation are restored together, turn after turn, so
 // the stalest conversation is the cheapest to lose. Why pure recency inside a session (α = 0):
 // the old score last_access × (1 + hits) let any once-hit old entry outlive every fresh save, so
-// each save evicted the previous one, the live turn's tail, and the anchor froze (spec §9.1 item
-// 5). Why a lease on the tail and sibling rather than on the deepest entry: the deepest entry is
+// each save evicted the previous one, the live turn's tail, and the anchor froze. Why a lease on the tail and sibling rather than on the deepest entry: the deepest entry is
 // the end-of-turn finish leaf, above the next turn's block-floored match, so it never restores;
-// the tail does (spec §9.1 item 7). The lease lapses after leaseTTL evictions without a lookup
+// the tail does. The lease lapses after leaseTTL evictions without a lookup
 // from its session, so a dead session cannot hold slots forever, and it never stops progress: a
 // leased entry is skipped only while an unleased eligible one exists.
 
@@ -108,7 +108,7 @@ type victimSession struct {
 	unleased bool   // the session has an eligible entry the lease does not protect
 }
 
-// legacyVictimLocked is the legacy per-entry LRU (spec §3.9 item 3): the resident entry with the
+// legacyVictimLocked is the legacy per-entry LRU (Options.LegacySnapshotEviction): the resident entry with the
 // smallest lastAccess, the first in list order on a tie; -1 when every entry is spilled.
 func (x *snapshotIndex) legacyVictimLocked() int {
 	best := -1

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Victim choice and the tail lease, spec §8.7.
+// Victim choice and the tail lease: the reference's snapshot_lease.rs.
 
 func evictWant(t *testing.T, x *snapshotIndex, want int) {
 	t.Helper()
@@ -13,7 +13,7 @@ func evictWant(t *testing.T, x *snapshotIndex, want int) {
 	wantSlot(t, "evictLRU", s, ok, want)
 }
 
-func TestLeaseProtectsLiveTail(t *testing.T) { // §8.7.1
+func TestLeaseProtectsLiveTail(t *testing.T) { // snapshot_lease.rs case 1
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 9, 1, 10, 40, snapTail)
 	snapFix(x, 7, 1, 10, 50, snapPlain)
@@ -21,7 +21,7 @@ func TestLeaseProtectsLiveTail(t *testing.T) { // §8.7.1
 	evictWant(t, x, 7)
 }
 
-func TestLeaseFinishLeafNotProtected(t *testing.T) { // §8.7.2
+func TestLeaseFinishLeafNotProtected(t *testing.T) { // snapshot_lease.rs case 2
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 6, 1, 100, 95, snapPlain)
 	snapFix(x, 7, 1, 6080, 50, snapPlain)
@@ -30,7 +30,7 @@ func TestLeaseFinishLeafNotProtected(t *testing.T) { // §8.7.2
 	evictWant(t, x, 7)
 }
 
-func TestLeaseDormantSessionFirst(t *testing.T) { // §8.7.3
+func TestLeaseDormantSessionFirst(t *testing.T) { // snapshot_lease.rs case 3
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 2, 2, 10, 20, snapPlain)
 	snapFix(x, 3, 2, 10, 5, snapTail)
@@ -39,7 +39,7 @@ func TestLeaseDormantSessionFirst(t *testing.T) { // §8.7.3
 	evictWant(t, x, 1)
 }
 
-func TestLeaseSingleEntryEvictable(t *testing.T) { // §8.7.4
+func TestLeaseSingleEntryEvictable(t *testing.T) { // snapshot_lease.rs case 4
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 9, 1, 10, 40, snapTail)
 	x.lastLookupSession = 1
@@ -49,7 +49,7 @@ func TestLeaseSingleEntryEvictable(t *testing.T) { // §8.7.4
 	evictWant(t, x, 9)
 }
 
-func TestLeaseExpires(t *testing.T) { // §8.7.5
+func TestLeaseExpires(t *testing.T) { // snapshot_lease.rs case 5
 	x := newSnapshotIndex(Options{TailLeaseTTL: 5})
 	snapFix(x, 9, 1, 10, 10, snapTail)
 	snapFix(x, 7, 2, 10, 5, snapPlain)
@@ -60,7 +60,7 @@ func TestLeaseExpires(t *testing.T) { // §8.7.5
 	evictWant(t, x, 9)
 }
 
-func TestPlainOverTailClearsFlag(t *testing.T) { // §8.7.6
+func TestPlainOverTailClearsFlag(t *testing.T) { // snapshot_lease.rs case 6
 	x := newSnapshotIndex(Options{})
 	x.insertTail(5, 1, 3, 10)
 	d, ok := x.insert(5, 2, 3, 10)
@@ -70,7 +70,7 @@ func TestPlainOverTailClearsFlag(t *testing.T) { // §8.7.6
 	}
 }
 
-func TestTailGateThroughLookupTiered(t *testing.T) { // §8.7.7
+func TestTailGateThroughLookupTiered(t *testing.T) { // snapshot_lease.rs case 7
 	x := newSnapshotIndex(Options{})
 	x.insertTail(snapKey(32), 4, 7, 32)
 	if m, ok := x.lookupTiered(snapToks, 40, 7, 0); !ok || m.slot != 4 || !m.isTail {
@@ -83,14 +83,14 @@ func TestTailGateThroughLookupTiered(t *testing.T) { // §8.7.7
 	}
 }
 
-func TestAlphaZeroIsLRU(t *testing.T) { // §8.7.8
+func TestAlphaZeroIsLRU(t *testing.T) { // snapshot_lease.rs case 8
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 1, 1, 20000, 50, snapPlain)
 	snapFix(x, 2, 1, 100, 60, snapPlain)
 	evictWant(t, x, 1)
 }
 
-func TestAlphaTwo(t *testing.T) { // §8.7.9
+func TestAlphaTwo(t *testing.T) { // snapshot_lease.rs case 9
 	x := newSnapshotIndex(Options{SnapshotEvictAlpha: 2})
 	snapFix(x, 1, 1, 20000, 50, snapPlain)
 	snapFix(x, 2, 1, 100, 60, snapPlain)
@@ -103,7 +103,7 @@ func TestAlphaTwo(t *testing.T) { // §8.7.9
 	evictWant(t, x, 3)
 }
 
-func TestLeaseCoversSibling(t *testing.T) { // §8.7.10
+func TestLeaseCoversSibling(t *testing.T) { // snapshot_lease.rs case 10
 	x := newSnapshotIndex(Options{})
 	snapFix(x, 1, 1, 10, 5, snapSibling)
 	snapFix(x, 2, 1, 10, 40, snapTail)
@@ -112,7 +112,7 @@ func TestLeaseCoversSibling(t *testing.T) { // §8.7.10
 	evictWant(t, x, 3)
 }
 
-func TestNewTailSweeps(t *testing.T) { // §8.7.11
+func TestNewTailSweeps(t *testing.T) { // snapshot_lease.rs case 11
 	x := newSnapshotIndex(Options{})
 	x.insertTail(snapKey(32), 1, 7, 32)
 	x.insertTailSibling(snapKey(16), 2, 7, 16)
@@ -123,7 +123,7 @@ func TestNewTailSweeps(t *testing.T) { // §8.7.11
 	}
 }
 
-func TestOnlyLeasedStillEvicts(t *testing.T) { // §8.7.12
+func TestOnlyLeasedStillEvicts(t *testing.T) { // snapshot_lease.rs case 12
 	x := newSnapshotIndex(Options{})
 	x.insertTail(snapKey(32), 1, 7, 32)
 	x.insertTailSibling(snapKey(16), 2, 7, 16)
@@ -137,7 +137,7 @@ func TestOnlyLeasedStillEvicts(t *testing.T) { // §8.7.12
 	}
 }
 
-func TestSiblingNotGated(t *testing.T) { // §8.7.13
+func TestSiblingNotGated(t *testing.T) { // snapshot_lease.rs case 13
 	x := newSnapshotIndex(Options{})
 	x.insertTailSibling(snapKey(16), 2, 7, 16)
 	for _, s := range []uint64{7, 0, 8} {
@@ -147,7 +147,7 @@ func TestSiblingNotGated(t *testing.T) { // §8.7.13
 	}
 }
 
-func TestPlainOverSiblingClearsFlag(t *testing.T) { // §8.7.14
+func TestPlainOverSiblingClearsFlag(t *testing.T) { // snapshot_lease.rs case 14
 	x := newSnapshotIndex(Options{})
 	x.insertTailSibling(5, 1, 3, 10)
 	x.insert(5, 2, 3, 10)
@@ -157,7 +157,7 @@ func TestPlainOverSiblingClearsFlag(t *testing.T) { // §8.7.14
 }
 
 // TestLeaseSessionZeroTailNeverLeased: a tail registered with session 0 is never leased (and
-// never restorable), and piles up without a sweep (parity, spec §9.2 h).
+// never restorable), and piles up without a sweep (parity).
 func TestLeaseSessionZeroTail(t *testing.T) {
 	x := newSnapshotIndex(Options{})
 	x.insertTail(1, 1, 0, 10)

@@ -2,9 +2,9 @@ package local
 
 import "sync"
 
-// RadixTree is the node-local prefix cache (see the package doc and DESIGN.md). It is safe for
-// concurrent use. The tree half and the snapshot half have separate locks and no method holds
-// both (spec §1.1).
+// RadixTree is the node-local prefix cache (see the package doc, CONTRACT.md and DESIGN.md). It is
+// safe for concurrent use. The tree half and the snapshot half have separate locks and no method
+// holds both (CONTRACT.md, "Two locks").
 type RadixTree struct {
 	mu sync.Mutex // guards every field below except snap and opts
 
@@ -19,7 +19,7 @@ type RadixTree struct {
 	partials     []partialSuffix
 	freePartials []int32
 	heap         []int32 // evictable leaves, min-ordered by (lastAccess, arena index): evict.go
-	clock        uint64  // the LRU access counter (spec §1.7)
+	clock        uint64  // the LRU access counter (CONTRACT.md, "The LRU clock")
 	live         int     // non-root nodes
 	hits         HitStats
 	journal      Journal
@@ -53,7 +53,7 @@ func NewRadixTree(opts Options) *RadixTree {
 // IsActive reports true: callers keep KV refs in step with this cache.
 func (t *RadixTree) IsActive() bool { return true }
 
-// validInsert reports whether an insert's arguments are acceptable (DESIGN.md §3): a positive
+// validInsert reports whether an insert's arguments are acceptable (CONTRACT.md, "Decisions"): a positive
 // block size, a disk list that is empty or parallel to the block table, and no NoBlock among the
 // block-table entries the insert would read (the full chunks it places and the partial tail's).
 func validInsert(tokens, blockTable, diskBlockIDs []uint32, blockSize int) bool {
@@ -78,7 +78,7 @@ func validInsert(tokens, blockTable, diskBlockIDs []uint32, blockSize int) bool 
 // Lookup matches the longest cached prefix of tokens, takes one hold on each matched full block
 // (release it with Release after an Insert, or ReleaseMatched), counts a hit or a miss, and then,
 // only if something matched and after the tree lock is released, asks the snapshot index for the
-// deepest usable SSM anchor (spec §2.5). An invalid blockSize returns the empty match and counts
+// deepest usable SSM anchor (CONTRACT.md, "Lookup"). An invalid blockSize returns the empty match and counts
 // nothing.
 func (t *RadixTree) Lookup(tokens []uint32, blockSize int, sessionHash, adapterID uint64) PrefixMatch {
 	var m PrefixMatch
@@ -124,7 +124,7 @@ func (t *RadixTree) lookup(dst *PrefixMatch, tokens []uint32, bs int, session, a
 			blocks = append(blocks, w.tailBlock)
 			anyDisk = anyDisk || w.tailDisk != NoBlock
 		}
-		if anyDisk { // spec §1.8: all-NoBlock disk lists are returned empty
+		if anyDisk { // all-NoBlock disk lists are returned empty (CONTRACT.md, "Disk ids and NoBlock")
 			if disks == nil {
 				disks = make([]uint32, 0, n)
 			}
@@ -141,7 +141,7 @@ func (t *RadixTree) lookup(dst *PrefixMatch, tokens []uint32, bs int, session, a
 	t.mu.Unlock()
 	dst.MatchedBlocks, dst.MatchedDiskBlockIDs, dst.MatchedTokens = blocks, disks, w.matched
 	if w.matched == 0 {
-		return // a tree miss never consults the snapshot index (spec §9.2 q)
+		return // a tree miss never consults the snapshot index (CONTRACT.md, "Lookup")
 	}
 	if s, ok := t.snap.lookupTiered(tokens, w.matched, session, adapter); ok {
 		if s.tiered {
@@ -154,7 +154,7 @@ func (t *RadixTree) lookup(dst *PrefixMatch, tokens []uint32, bs int, session, a
 }
 
 // PeekMatchedTokens returns what Lookup would match, without taking refs, touching LRU order,
-// counting, or consulting the snapshot index (spec §2.6). It does not allocate.
+// counting, or consulting the snapshot index (CONTRACT.md, "PeekMatchedTokens"). It does not allocate.
 func (t *RadixTree) PeekMatchedTokens(tokens []uint32, blockSize int, adapterID uint64) int {
 	if blockSize <= 0 {
 		return 0
@@ -166,8 +166,8 @@ func (t *RadixTree) PeekMatchedTokens(tokens []uint32, blockSize int, adapterID 
 }
 
 // PinPrefix holds the cached prefix of tokens like Lookup's tree half (refs and LRU recency) but
-// counts nothing and skips the snapshot index (spec §2.7). Release it with ReleaseMatched(tokens,
-// blockSize, m, adapterID).
+// counts nothing and skips the snapshot index (CONTRACT.md, "PinPrefix"). Release it with
+// ReleaseMatched(tokens, blockSize, m, adapterID).
 func (t *RadixTree) PinPrefix(tokens []uint32, blockSize int, adapterID uint64) int {
 	if blockSize <= 0 {
 		return 0
@@ -181,13 +181,14 @@ func (t *RadixTree) PinPrefix(tokens []uint32, blockSize int, adapterID uint64) 
 	return w.matched
 }
 
-// Release drops one hold on every full chunk of tokens present along the path (spec §2.13).
+// Release drops one hold on every full chunk of tokens present along the path (CONTRACT.md,
+// "Release and ReleaseMatched").
 func (t *RadixTree) Release(tokens []uint32, blockSize int, adapterID uint64) {
 	t.ReleaseMatched(tokens, blockSize, len(tokens), adapterID)
 }
 
 // ReleaseMatched drops the holds of one Lookup or PinPrefix that matched matchedTokens: the first
-// floor(matchedTokens / blockSize) chunks, capped at the full chunks of tokens (spec §2.14).
+// floor(matchedTokens / blockSize) chunks, capped at the full chunks of tokens.
 func (t *RadixTree) ReleaseMatched(tokens []uint32, blockSize, matchedTokens int, adapterID uint64) {
 	if blockSize <= 0 || matchedTokens < blockSize {
 		return
@@ -197,8 +198,8 @@ func (t *RadixTree) ReleaseMatched(tokens []uint32, blockSize, matchedTokens int
 	t.decRefs(tokens, blockSize, min(matchedTokens/blockSize, len(tokens)/blockSize), adapterID)
 }
 
-// Stats returns the number of cached full blocks twice (spec §2.22: partial suffixes and roots
-// are not counted).
+// Stats returns the number of cached full blocks twice (partial suffixes and roots are not
+// counted: CONTRACT.md, "Stats").
 func (t *RadixTree) Stats() (entries, cachedBlocks int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -213,7 +214,7 @@ func (t *RadixTree) HitStats() HitStats {
 }
 
 // Insert caches tokens with their blocks and reports which references the caller must move
-// (spec §2.8, §6.2). matchedTokens is the prefix this sequence already holds from Lookup or
+// (CONTRACT.md, "Insert" and "The caller's contract"). matchedTokens is the prefix this sequence already holds from Lookup or
 // PinPrefix; every chunk at or past it gets one hold for the sequence, released by Release. Invalid
 // arguments (validInsert) do nothing and return the empty result.
 func (t *RadixTree) Insert(tokens, blockTable, diskBlockIDs []uint32, blockSize, matchedTokens int, adapterID uint64) InsertAcquired {
@@ -248,7 +249,7 @@ func (t *RadixTree) insert(acq *InsertAcquired, tokens, bt, disks []uint32, bs, 
 			h = ChainHash(t.nodes[cur].hash, chunk)
 			var collision bool
 			if c, collision = t.child(cur, h, chunk); collision {
-				return // a 64-bit collision: stop here, the rest stays uncached (DESIGN.md §3)
+				return // a 64-bit collision: stop here, the rest stays uncached (CONTRACT.md, "Decisions")
 			}
 		}
 		if c != noNode {
@@ -257,11 +258,11 @@ func (t *RadixTree) insert(acq *InsertAcquired, tokens, bt, disks []uint32, bs, 
 			n.lastAccess = now
 			restored := n.ref == 0
 			if restored {
-				n.ref = 1 // restore the cache's own ref (spec §9.1.1)
+				n.ref = 1 // restore the cache's own ref
 			}
 			if owned {
 				n.ref++
-				if !hss && bt[i] != n.block { // block adoption (spec §2.8 3.3, "Race #79")
+				if !hss && bt[i] != n.block { // block adoption (CONTRACT.md, "Insert")
 					acq.ReleasedBlocks = append(acq.ReleasedBlocks, n.block)
 					acq.Blocks = append(acq.Blocks, bt[i])
 					n.block = bt[i]
@@ -309,7 +310,7 @@ func (t *RadixTree) insert(acq *InsertAcquired, tokens, bt, disks []uint32, bs, 
 	if r == 0 || len(bt) <= full || t.nodes[cur].flags&flagRoot != 0 {
 		return
 	}
-	// The partial tail (spec §2.8 step 4); count == full here, so cur is the last full chunk.
+	// The partial tail (CONTRACT.md, "Insert"); count == full here, so cur is the last full chunk.
 	pb, pd := bt[full], NoBlock
 	if hss {
 		pd = disks[full]
@@ -350,7 +351,7 @@ func (t *RadixTree) insert(acq *InsertAcquired, tokens, bt, disks []uint32, bs, 
 }
 
 // incRefs takes one hold on each of the first n nodes of the last walk and stamps them with a new
-// clock value (spec §2.3: the same nodes inc_refs would reach, since it runs under the same lock).
+// clock value: the nodes the reference's inc_refs would reach, since it runs under the same lock.
 func (t *RadixTree) incRefs(n int) {
 	t.clock++
 	now := t.clock
@@ -365,7 +366,7 @@ func (t *RadixTree) incRefs(n int) {
 }
 
 // decRefs drops one hold (saturating at 0) on each of the first n chunks present along the path,
-// whatever their ref count (spec §2.4).
+// whatever their ref count.
 func (t *RadixTree) decRefs(tokens []uint32, bs, n int, adapter uint64) {
 	cur := t.rootFor(adapter, false)
 	if cur == noNode {

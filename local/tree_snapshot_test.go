@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// Snapshot scenarios through the RadixTree: spec §8.1 items 14–18, §8.5, §8.9 items 1–2, the
-// snapshot parts of §8.13 and §8.14. Block size 16, matched 0, adapter 0 unless stated.
+// Snapshot scenarios through the RadixTree: the reference's basic.rs cases 14–18, snapshot.rs,
+// snapshot_reap.rs cases 1–2, the snapshot parts of prefix_reclaim_tests.rs, and decisions. Block size 16, matched 0, adapter 0 unless stated.
 
 const snapBS = 16
 
@@ -42,7 +42,7 @@ func wantNoAnchor(t *testing.T, m PrefixMatch, matched int) {
 	}
 }
 
-func TestTreeSnapshotBasic(t *testing.T) { // spec §8.1 items 14–18
+func TestTreeSnapshotBasic(t *testing.T) { // basic.rs cases 14–18
 	t.Run("insert and lookup", func(t *testing.T) {
 		tr := NewRadixTree(Options{})
 		d, ok, acq := tr.InsertWithSnapshot(snapSeq(0, 32), []uint32{10, 20}, nil, snapBS, 42, 0, 0, 0)
@@ -84,7 +84,7 @@ func TestTreeSnapshotBasic(t *testing.T) { // spec §8.1 items 14–18
 		}
 		wantAnchor(t, snapLookup(tr, snapSeq(0, 16), 0, 0), 16, 8, 16)
 	})
-	t.Run("vision-pad collision (documents the hazard of spec §6.7)", func(t *testing.T) {
+	t.Run("vision-pad collision (documents the hazard of token-id keys)", func(t *testing.T) {
 		const pad = 151655
 		image := func() []uint32 {
 			out := []uint32{1, 2, 3}
@@ -103,7 +103,7 @@ func TestTreeSnapshotBasic(t *testing.T) { // spec §8.1 items 14–18
 	})
 }
 
-func TestTreeSnapshotScenarios(t *testing.T) { // spec §8.5
+func TestTreeSnapshotScenarios(t *testing.T) { // snapshot.rs
 	t.Run("1 plain insert has no anchor", func(t *testing.T) {
 		tr := NewRadixTree(Options{})
 		tr.Insert(snapSeq(0, 16), []uint32{10}, nil, snapBS, 0, 0)
@@ -226,7 +226,7 @@ func TestTreeSnapshotScenarios(t *testing.T) { // spec §8.5
 	})
 }
 
-func TestTreeSnapshotTierLifeCycle(t *testing.T) { // spec §8.9 item 1
+func TestTreeSnapshotTierLifeCycle(t *testing.T) { // snapshot_reap.rs case 1
 	tr := NewRadixTree(Options{})
 	tokens := snapSeq(0, 64)
 	tr.InsertWithSnapshot(tokens, []uint32{1, 2, 3, 4}, nil, snapBS, 99, 7, 0, 0)
@@ -244,7 +244,7 @@ func TestTreeSnapshotTierLifeCycle(t *testing.T) { // spec §8.9 item 1
 		t.Fatal("promote failed")
 	}
 	wantAnchor(t, snapLookup(tr, tokens, 7, 0), 64, 123, 64)
-	if tr.PromoteSnapshot(key, 124) { // DESIGN.md §3: a resident entry is not overwritten
+	if tr.PromoteSnapshot(key, 124) { // CONTRACT.md, "Decisions": a resident entry is not overwritten
 		t.Fatal("promote on a resident entry succeeded")
 	}
 	if tr.ForgetSnapshotTierKey(key) { // resident: refused
@@ -265,7 +265,7 @@ func TestTreeSnapshotTierLifeCycle(t *testing.T) { // spec §8.9 item 1
 	}
 }
 
-func TestTreeSnapshotNoPrefixCaching(t *testing.T) { // spec §8.9 item 2
+func TestTreeSnapshotNoPrefixCaching(t *testing.T) { // snapshot_reap.rs case 2
 	c := NoPrefixCaching
 	if _, ok := c.EvictSnapshotToTier(0); ok || c.PromoteSnapshot(1, 2) || c.ForgetSnapshotTierKey(1) {
 		t.Fatal("NoPrefixCaching tier defaults")
@@ -304,7 +304,7 @@ func TestTreeSnapshotTailAndSibling(t *testing.T) {
 	}
 }
 
-// snapReclaim is the engine's reclaim_for_prompt as spec §2.7 and §8.13 describe it: pin the
+// snapReclaim is the engine's reclaim_for_prompt (CONTRACT.md, "PinPrefix"): pin the
 // prompt's cached prefix, evict until enough blocks are free or nothing is left, unpin. needed is
 // the request's block count (prompt and output), as the engine computes it.
 func snapReclaim(tr *RadixTree, prompt []uint32, needed, free int) (target, freeAfter int) {
@@ -321,7 +321,7 @@ func snapReclaim(tr *RadixTree, prompt []uint32, needed, free int) (target, free
 	return target, free
 }
 
-func TestTreeSnapshotReclaim(t *testing.T) { // spec §8.13, the snapshot parts; a 10-block pool
+func TestTreeSnapshotReclaim(t *testing.T) { // prefix_reclaim_tests.rs, the snapshot parts; a 10-block pool
 	cached := snapSeq(0, 96)
 	setup := func() *RadixTree {
 		tr := NewRadixTree(Options{})
@@ -373,7 +373,7 @@ func TestTreeSnapshotReclaim(t *testing.T) { // spec §8.13, the snapshot parts;
 	})
 }
 
-func TestTreeSnapshotDecisions(t *testing.T) { // spec §8.14 snapshot parts, DESIGN.md §3
+func TestTreeSnapshotDecisions(t *testing.T) { // not in the reference: CONTRACT.md, "Decisions"
 	tr := NewRadixTree(Options{})
 	tokens := snapSeq(0, 32)
 	tr.InsertWithSnapshot(tokens, []uint32{1, 2}, nil, snapBS, 5, 0, 0, 0)
@@ -409,7 +409,7 @@ func TestTreeSnapshotDecisions(t *testing.T) { // spec §8.14 snapshot parts, DE
 }
 
 // TestTreeSnapshotConcurrent exercises both locks from several goroutines (run with -race): the
-// tree half and the index half of a lookup are separate critical sections (spec §1.1).
+// tree half and the index half of a lookup are separate critical sections.
 func TestTreeSnapshotConcurrent(t *testing.T) {
 	tr := NewRadixTree(Options{})
 	var wg sync.WaitGroup

@@ -2,7 +2,7 @@ package local
 
 import "unsafe"
 
-// walkResult is what walk matched (spec §2.2). The matched full-block nodes are t.path[:full].
+// walkResult is what walk matched (CONTRACT.md, "Walk"). The matched full-block nodes are t.path[:full].
 type walkResult struct {
 	matched   int  // tokens matched, block-aligned unless the sub-block tail matched
 	full      int  // full-block nodes matched
@@ -72,9 +72,9 @@ func (t *RadixTree) walk(tokens []uint32, bs int, adapter uint64) walkResult {
 	return w
 }
 
-// subBlockTail is walk's sub-block arm (spec §2.2 step 3, §5): a match may end inside a block,
+// subBlockTail is walk's sub-block arm (CONTRACT.md, "Sub-block matching"): a match may end inside a block,
 // first through a child whose block starts with the suffix (the oldest such child, so the choice
-// is deterministic, spec §9.2 l), else through the node's partial suffix.
+// is deterministic), else through the node's partial suffix.
 func (t *RadixTree) subBlockTail(w *walkResult, cur int32, suffix []uint32, bs int) {
 	found := noNode
 	for c := t.nodes[cur].firstChild; c != noNode; c = t.nodes[c].nextSib {

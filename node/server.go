@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,7 @@ import (
 )
 
 // Tree is what the server needs from the node's cache: the PrefixCache contract plus the
-// counters and the summary journal that local.RadixTree keeps (DESIGN.md §3).
+// counters and the summary journal that local.RadixTree keeps (local/CONTRACT.md).
 type Tree interface {
 	local.PrefixCache
 	HitStats() local.HitStats
@@ -49,6 +50,10 @@ type Config struct {
 	// an in-process engine (--engine=sim) owns the tree: its KV pool applies the references its
 	// own calls return, and a remote Insert, Evict or Release would break that accounting.
 	ReadOnly bool
+	// Owner names what owns a read-only server's tree, in the error a refused call gets (for
+	// example "the vLLM engine beside this agent, mirrored from its KV events"). Empty: "the
+	// in-process engine".
+	Owner string
 }
 
 // Server implements the NodeCache gRPC service over one node's Tree. It is safe for concurrent
@@ -61,13 +66,14 @@ type Server struct {
 	blockSize int32
 	epoch     atomic.Uint64 // NewEpoch moves it when the cache is replaced by an empty one
 	readOnly  bool
+	owner     string // who owns a read-only tree, for ErrReadOnly's message
 	log       *slog.Logger
 	metrics   *metrics // nil when Config.Registry is nil
 }
 
-// ErrReadOnly is returned (as FailedPrecondition) by calls that change the cache when the server
-// is read-only.
-var ErrReadOnly = errors.New("the prefix cache is owned by the in-process engine; only read-only NodeCache calls are served")
+// ErrReadOnly is returned (as FailedPrecondition, its message naming Config.Owner) by calls that
+// change the cache when the server is read-only.
+var ErrReadOnly = errors.New("only read-only NodeCache calls are served")
 
 var _ pb.NodeCacheServer = (*Server)(nil)
 
@@ -93,6 +99,7 @@ func New(tree Tree, cfg Config) (*Server, error) {
 		nodeID:    cfg.NodeID,
 		blockSize: int32(cfg.BlockSize),
 		readOnly:  cfg.ReadOnly,
+		owner:     cmp.Or(cfg.Owner, "the in-process engine"),
 		log:       log,
 	}
 	s.epoch.Store(epoch)
@@ -107,7 +114,7 @@ func New(tree Tree, cfg Config) (*Server, error) {
 }
 
 // Epoch is this incarnation's random identifier; a router that sees it change drops everything
-// it knew about the node (DESIGN.md §5).
+// it knew about the node (docs/architecture.md, "One cache change").
 func (s *Server) Epoch() uint64 { return s.epoch.Load() }
 
 // NewEpoch moves the server to a fresh random epoch (non-zero, not the current one) and returns
@@ -145,7 +152,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // It returns the gRPC status the client sees.
 func (s *Server) admit(req any, mutates bool) error {
 	if mutates && s.readOnly {
-		return status.Error(codes.FailedPrecondition, ErrReadOnly.Error())
+		return status.Error(codes.FailedPrecondition, fmt.Sprintf("the prefix cache is owned by %s; %v", s.owner, ErrReadOnly))
 	}
 	if err := Validate(req); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
@@ -167,8 +174,13 @@ func (s *Server) Lookup(_ context.Context, req *pb.LookupRequest) (*pb.LookupRes
 	return &pb.LookupResponse{Match: matchToProto(m)}, nil
 }
 
-// PeekMatchedTokens implements NodeCache.PeekMatchedTokens.
+// PeekMatchedTokens implements NodeCache.PeekMatchedTokens. A request without block_size is
+// read with the node's own (Config.BlockSize, the size its summaries advertise), so a caller
+// need not know it; it is refused only when the node's is unknown too.
 func (s *Server) PeekMatchedTokens(_ context.Context, req *pb.PeekMatchedTokensRequest) (*pb.PeekMatchedTokensResponse, error) {
+	if req != nil && req.GetBlockSize() == 0 && s.blockSize > 0 {
+		req.BlockSize = s.blockSize
+	}
 	if err := s.admit(req, false); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,7 +99,7 @@ func TestTreeRPCs(t *testing.T) {
 
 // TestRefcountBalance checks the holds of two overlapping sequences: while either holds a block
 // nothing of it is evicted, and once both released, Evict hands back exactly the blocks the
-// cache said it stored (spec §6), no more and no fewer.
+// cache said it stored (local/CONTRACT.md, "The caller's contract"), no more and no fewer.
 func TestRefcountBalance(t *testing.T) {
 	n := startNode(t, local.Options{})
 	c, ctx := n.client, testCtx(t)
@@ -266,7 +267,7 @@ func TestSnapshotRPCs(t *testing.T) {
 		t.Fatal("PromoteSnapshot(spilled key) = false")
 	}
 	if must(c.PromoteSnapshot(ctx, &pb.PromoteSnapshotRequest{Key: key, NewSlot: 10}))(t).GetPromoted() {
-		t.Fatal("PromoteSnapshot(resident key) = true, want false (DESIGN.md §3)")
+		t.Fatal("PromoteSnapshot(resident key) = true, want false (local/CONTRACT.md, Promote and forget)")
 	}
 	if m := lookup(); !m.GetHasSsmSnapshot() || m.GetSsmSnapshot() != 9 {
 		t.Fatalf("Lookup after promote = %v, want resident slot 9", m)
@@ -423,15 +424,42 @@ func TestReadOnly(t *testing.T) {
 			return err
 		},
 	} {
-		if err := call(); status.Code(err) != codes.FailedPrecondition {
+		err := call()
+		if status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("%s on a read-only server: %v, want FailedPrecondition", name, err)
 		}
+		if !strings.Contains(status.Convert(err).Message(), "owned by the in-process engine") {
+			t.Errorf("%s: message %q does not name the owner", name, status.Convert(err).Message())
+		}
+	}
+	// A mirror names its engine instead.
+	mirror := must(New(tree, Config{NodeID: "mirror", ReadOnly: true, Owner: "the vllm engine beside this agent"}))(t)
+	if _, err := mirror.Lookup(ctx, &pb.LookupRequest{Tokens: p, BlockSize: 16}); !strings.Contains(status.Convert(err).Message(),
+		"the prefix cache is owned by the vllm engine beside this agent") {
+		t.Errorf("mirror's refusal: %v", err)
 	}
 	if hs := tree.HitStats(); hs.Hits+hs.Misses != 0 {
 		t.Fatalf("read-only server touched the tree: %+v", hs)
 	}
 	if _, blocks := tree.Stats(); blocks != 2 {
 		t.Fatalf("cached blocks = %d, want 2", blocks)
+	}
+}
+
+// TestPeekUsesNodeBlockSize: a PeekMatchedTokens without block_size is answered with the node's
+// configured block size, and refused (InvalidArgument) only when the node has none.
+func TestPeekUsesNodeBlockSize(t *testing.T) {
+	tree := local.NewRadixTree(local.Options{})
+	p := prompt(1, 40)
+	tree.Insert(p[:32], blocks(1, 2), nil, 16, 0, 0)
+	ctx := testCtx(t)
+	srv := must(New(tree, Config{NodeID: "n", BlockSize: 16, ReadOnly: true}))(t)
+	if r := must(srv.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: p}))(t); r.GetMatchedTokens() != 32 {
+		t.Fatalf("Peek without block_size = %d, want 32 (two 16-token blocks)", r.GetMatchedTokens())
+	}
+	unknown := must(New(tree, Config{NodeID: "n"}))(t)
+	if _, err := unknown.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: p}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Peek without block_size on a node without one: %v, want InvalidArgument", err)
 	}
 }
 

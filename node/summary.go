@@ -14,7 +14,7 @@ const MaxSummaryChunkHashes = 8192
 
 // GetSummary implements NodeCache.GetSummary: a delta when the caller names a since_seq of this
 // epoch that the tree's journal still holds, otherwise a full snapshot. Either is taken from the
-// tree in one locked step, so it is exactly the set walk sees at seq (DESIGN.md §3).
+// tree in one locked step, so it is exactly the set walk sees at seq (local/CONTRACT.md, "Walk").
 //
 // The epoch is read once, before the tree: NewEpoch is called after the old cache was dropped,
 // so a summary stamped with a new epoch never holds the old epoch's blocks. A delta asked for

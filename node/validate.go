@@ -11,8 +11,8 @@ import (
 
 // Limits on what one request may carry. They are checked at the edge, before the cache, so that a
 // malformed or hostile request costs the node a status message and never a panic, a huge
-// allocation or a long walk under the tree lock (DESIGN.md §3: "The gRPC layer rejects the same
-// inputs with InvalidArgument before they reach the cache").
+// allocation or a long walk under the tree lock: the gRPC layer rejects with InvalidArgument
+// what the cache would refuse or choke on, before it reaches the cache.
 const (
 	// MaxBlockSize is the largest block size accepted. Paged-attention engines use 16 to 256 tokens
 	// per block (vLLM, SGLang, TensorRT-LLM); 4096 leaves an order of magnitude of headroom while
@@ -102,7 +102,7 @@ func checkSlot(field string, slot int64) error {
 	return nil
 }
 
-// checkInsert validates the shared shape of the insert family (spec §2.8 and DESIGN.md §3): a
+// checkInsert validates the shared shape of the insert family (local/CONTRACT.md, "Insert"): a
 // block table no longer than the tokens' blocks (full ones plus one partial), no NoBlock entry in
 // it, disk ids empty or parallel, and matched_tokens inside the tokens.
 func checkInsert(tokens, blockTable, diskBlockIDs []uint32, bs int32, matched int64) error {
@@ -145,7 +145,7 @@ func Validate(req any) error {
 		}
 		return checkSlot("snapshot_id", r.GetSnapshotId())
 	case *pb.InsertIntermediateSnapshotRequest:
-		// The tree fields are ignored (spec §2.10), so they may be left unset; when any is set,
+		// The tree fields are ignored (local/CONTRACT.md, "Snapshot inserts"), so they may be left unset; when any is set,
 		// the whole shape must be valid, so a caller's bug still surfaces.
 		if len(r.GetBlockTable()) == 0 && len(r.GetDiskBlockIds()) == 0 && r.GetBlockSize() == 0 && r.GetMatchedTokens() == 0 {
 			if err := checkTokens(r.GetTokens()); err != nil {

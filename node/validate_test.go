@@ -39,10 +39,11 @@ func invalidCases() []invalidCase {
 		{"Lookup block_size negative", lookup(&pb.LookupRequest{Tokens: p, BlockSize: -16}), []string{"block_size = -16"}},
 		{"Lookup block_size over MaxBlockSize", lookup(&pb.LookupRequest{Tokens: p, BlockSize: MaxBlockSize + 1}), []string{"block_size = 4097"}},
 		{"Lookup tokens over MaxTokens", lookup(&pb.LookupRequest{Tokens: tooMany, BlockSize: 16}), []string{"tokens", "1048577 tokens"}},
-		{"Peek block_size 0", func(ctx context.Context, c pb.NodeCacheClient) error {
-			_, err := c.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: p})
+		// (A Peek without block_size is read with the node's: TestPeekUsesNodeBlockSize.)
+		{"Peek block_size over MaxBlockSize", func(ctx context.Context, c pb.NodeCacheClient) error {
+			_, err := c.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: p, BlockSize: MaxBlockSize + 1})
 			return err
-		}, []string{"block_size = 0"}},
+		}, []string{"block_size = 4097"}},
 		{"Peek tokens over MaxTokens", func(ctx context.Context, c pb.NodeCacheClient) error {
 			_, err := c.PeekMatchedTokens(ctx, &pb.PeekMatchedTokensRequest{Tokens: tooMany, BlockSize: 16})
 			return err
@@ -221,7 +222,7 @@ func (f *fakeStream) SetTrailer(metadata.MD)       {}
 
 // FuzzValidate decodes arbitrary bytes as the request of an arbitrary NodeCache method, as the
 // gRPC server would, and hands it to the handler without the recovering interceptor. The
-// property (STYLE.md §14): if validation accepts it, handling it does not panic; if validation
+// property: if validation accepts it, handling it does not panic; if validation
 // rejects it, the handler answers InvalidArgument. The cache is shared across inputs, so
 // sequences of calls build up state.
 func FuzzValidate(f *testing.F) {

@@ -1,5 +1,5 @@
 // Package router answers "which node should serve this prompt" for a prefixmesh router
-// (DESIGN.md §6, §8). A View joins the gossip mirror's node list (metadata and reported load,
+// (docs/architecture.md, "One request"). A View joins the gossip mirror's node list (metadata and reported load,
 // cluster.Mirror) with the summary index (routing.Index): for a request it hashes the prompt
 // once per block size in use, asks the index how many leading blocks each node holds — the
 // node's own PeekMatchedTokens, up to propagation delay — and yields routing.NodeInfo lines and
@@ -9,7 +9,7 @@
 // request gets one answer whichever door it takes; session ids map to routing.SessionKey on both
 // paths, a fixed function, so replicas agree on sessions. A Route decision is recorded in the
 // overlay for its TTL and shared with the other routers (router/share), not counted in flight:
-// the client sends the request itself. Placement pins (DESIGN.md §7) are read through a
+// the client sends the request itself. Placement pins (docs/architecture.md, "Pins") are read through a
 // PinTable, locally: Route and, through PinnedPicker, the HTTP front door consider only the
 // nodes a pinned adapter is pinned to, and any node for an unpinned one.
 package router

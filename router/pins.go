@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 )
 
-// PinTable answers placement pins (DESIGN.md §7): the nodes an adapter's requests may go to, and
+// PinTable answers placement pins (docs/architecture.md, "Pins"): the nodes an adapter's requests may go to, and
 // whether the adapter is pinned at all (false: any node). *pins.Store and *pins.Mirror implement
 // it with local reads, so routing never waits on Raft and keeps working without quorum.
 type PinTable interface {

@@ -34,7 +34,8 @@ type Config struct {
 	PolicyConfig routing.PolicyConfig
 	// Tokenizer turns text prompts into tokens; nil means requests must carry tokens.
 	Tokenizer tokenizer.Tokenizer
-	// Pins restricts a pinned adapter's requests to its nodes (DESIGN.md §6 "Candidates"); nil
+	// Pins restricts a pinned adapter's requests to its nodes (docs/architecture.md, "One request",
+	// step 5); nil
 	// means no adapter is pinned.
 	Pins PinTable
 	// Decider is the decision path shared with the HTTP front door and the sharer, so that both

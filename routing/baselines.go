@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The baselines of DESIGN.md §6, kept beside the default so the trace simulator compares like
+// The baseline policies (POLICIES.md), kept beside the default so the trace simulator compares like
 // with like. Each is a faithful, deterministic restatement of a published policy over the same
 // inputs; POLICIES.md says when each is the right choice.
 

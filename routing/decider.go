@@ -9,18 +9,18 @@ import (
 	"github.com/prefixmesh/prefixmesh/local"
 )
 
-// Decider is the router's one decision path (DESIGN.md §6, §10): the gRPC Route, the HTTP front
-// door and the simulator all choose through it, so the same request meets the same code and the
-// same state. It owns what only this router knows — its in-flight requests per node and the
-// overlay of prefixes it has just routed — and folds in what other routers told it about theirs
-// (decider_peers.go). For a request it hashes the prompt once per block size among the
-// candidates, estimates each candidate's matched tokens as max(index, overlay) × block size (0 for
-// a cold node, NodeInfo.Cold), fills the in-flight fields of every candidate (this router's plus
-// its peers'), applies the per-node in-flight cap and lets the policy choose, all under one lock
-// with the load it saw, so concurrent requests see each other. Committing a decision (Begin or Record) updates the
-// in-flight counts and the overlay and reports it to the OnDecision hook, which a sharer sends
-// to the other routers. It does no IO, starts no goroutines and reads the clock only through
-// `now` arguments. Safe for concurrent use.
+// Decider is the router's one decision path (docs/architecture.md, "One request"; POLICIES.md,
+// "Many routers"): the gRPC Route, the HTTP front door and the simulator all choose through it, so
+// the same request meets the same code and the same state. It owns what only this router knows —
+// its in-flight requests per node and the overlay of prefixes it has just routed — and folds in
+// what other routers told it about theirs (decider_peers.go). For a request it hashes the prompt
+// once per block size among the candidates, estimates each candidate's matched tokens as max(index,
+// overlay) × block size (0 for a cold node, NodeInfo.Cold), fills the in-flight fields of every
+// candidate (this router's plus its peers'), applies the per-node in-flight cap and lets the policy
+// choose, all under one lock with the load it saw, so concurrent requests see each other.
+// Committing a decision (Begin or Record) updates the in-flight counts and the overlay and reports
+// it to the OnDecision hook, which a sharer sends to the other routers. It does no IO, starts no
+// goroutines and reads the clock only through `now` arguments. Safe for concurrent use.
 type Decider struct {
 	index   *Index
 	overlay *Overlay // nil: no overlay

@@ -2,7 +2,7 @@ package routing
 
 import "time"
 
-// What other routers tell this one (DESIGN.md §10). Views of replicas differ only by what each
+// What other routers tell this one (POLICIES.md, "Many routers"). Views of replicas differ only by what each
 // router alone knows: its in-flight requests and the prefixes it has just routed. A sharer
 // (router/share over memberlist; routing/sim with a delay and loss) carries two things between
 // routers, and the decider folds both into every decision:

@@ -1,23 +1,24 @@
-// Package routing is the router's pure decision logic (DESIGN.md §6). An Index maps canonical
-// block hashes to the set of nodes whose node-local cache holds them — one 16-byte table slot
-// (hash, node bitmask) per distinct hash, bounded in (hash, node) pairs and in bytes — fed in order by each
-// node's summary deltas and snapshots (epoch and sequence checked, gaps reported). Estimate walks a request's
-// hash chain once with a shrinking candidate bitmask and returns, for every node, the number of
-// leading blocks it holds: exactly that node's PeekMatchedTokens divided by its block size. An
-// Overlay keeps apart what the router itself has just sent where (held while a request waits for
-// its first token, then for a short TTL), so a burst on a new prefix lands together before the
-// node's own summary says so; an estimate is the leading run of index and overlay together. Policies choose a node from
+// Package routing is the router's pure decision logic (docs/architecture.md, "One request";
+// POLICIES.md in this directory). An Index maps canonical block hashes to the set of nodes whose
+// node-local cache holds them — one 16-byte table slot (hash, node bitmask) per distinct hash,
+// bounded in (hash, node) pairs and in bytes — fed in order by each node's summary deltas and
+// snapshots (epoch and sequence checked, gaps reported). Estimate walks a request's hash chain once
+// with a shrinking candidate bitmask and returns, for every node, the number of leading blocks it
+// holds: exactly that node's PeekMatchedTokens divided by its block size. An Overlay keeps apart
+// what the router itself has just sent where (held while a request waits for its first token, then
+// for a short TTL), so a burst on a new prefix lands together before the node's own summary says
+// so; an estimate is the leading run of index and overlay together. Policies choose a node from
 // (request, view of the candidates, matched tokens, now). The default, "prefixmesh", minimises
 // (queued prefill tokens + (1 + MissPenalty) × uncached prompt tokens) / prefill rate — the
-// expected time to first token, with uncached work weighted for the queueing and cache pollution
-// it causes — among the nodes under a bounded-load guard (consistent hashing with bounded loads,
+// expected time to first token, with uncached work weighted for the queueing and cache pollution it
+// causes — among the nodes under a bounded-load guard (consistent hashing with bounded loads,
 // Mirrokni, Thorup and Zadimoghaddam, 2016), breaking ties by a rendezvous hash of the first block
 // so replicas with the same view agree. Baselines (round-robin, least-loaded, CHWBL,
 // longest-prefix, an SGLang-style gate, a Dynamo-style cost) sit beside it for routing/sim; see
 // POLICIES.md. A Decider is the router's one decision path over index, overlay and policy — the
-// gRPC Route, the HTTP front door and the simulator all decide through it — and holds the
-// router's in-flight counts, plus what other routers report of theirs (decider_peers.go): their
-// decisions enter the overlay, their loads the candidates' in-flight fields, so replicas route
-// as one (DESIGN.md §10). share.go states the sizes and packing of those messages. The package
-// does no IO, starts no goroutines and reads the clock only through `now` arguments.
+// gRPC Route, the HTTP front door and the simulator all decide through it — and holds the router's
+// in-flight counts, plus what other routers report of theirs (decider_peers.go): their decisions
+// enter the overlay, their loads the candidates' in-flight fields, so replicas route as one
+// (POLICIES.md, "Many routers"). share.go states the sizes and packing of those messages. The
+// package does no IO, starts no goroutines and reads the clock only through `now` arguments.
 package routing

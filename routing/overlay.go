@@ -31,7 +31,7 @@ type ovBucket struct {
 }
 
 // Overlay records where the router has just sent requests, so that a burst sharing a new prefix
-// lands together before the chosen node's summary reports the prefix (DESIGN.md §6). It is kept
+// lands together before the chosen node's summary reports the prefix. It is kept
 // apart from the node-reported Index: callers take, per node, max(index estimate, overlay
 // estimate). Entries expire after at most the TTL (see overlayGenerations), which bounds how long
 // the overlay can disagree with the node; once the node's own summary reports the blocks, the max

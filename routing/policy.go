@@ -135,8 +135,9 @@ type PolicyConfig struct {
 	// the cache once it exceeds 11 × the tokens the cache saves.
 	MissPenalty float64
 	// LoadAgeHalfLife discounts node-reported load by its age: a report this old counts half.
-	// Nodes refresh load every 200 ms while it changes (DESIGN.md §5), so 1 s means "five missed
-	// refreshes halve the weight"; the router's own in-flight count is never discounted.
+	// Nodes refresh load every 200 ms while it changes (cluster.Config.LoadInterval), so 1 s
+	// means "five missed refreshes halve the weight"; the router's own in-flight count is never
+	// discounted.
 	LoadAgeHalfLife time.Duration
 	// DefaultPrefillTokensPerSec is used for nodes that have not reported a prefill rate. 10,000
 	// tokens/s is the order of a 7–13B model on one H100-class GPU; with homogeneous nodes only

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// prefixMesh is the default policy (DESIGN.md §6). For each candidate k it estimates the time to
+// prefixMesh is the default policy (POLICIES.md, "prefixmesh (default)"). For each candidate k it estimates the time to
 // first token of the request if sent to k,
 //
 //	TTFT(k) = (queued(k) + max(0, prompt − matched(k))) / rate(k)

@@ -1,5 +1,7 @@
 package routing
 
+import "github.com/prefixmesh/prefixmesh/local"
+
 // Rendezvous (highest-random-weight) hashing, Thaler and Ravishankar, "Using name-based mappings to
 // increase hit rates", IEEE/ACM ToN 1998: for a key, every node gets a pseudo-random weight
 // w(key, node) and the node with the highest weight wins. Removing a node only moves the keys it
@@ -22,16 +24,9 @@ func nodeIDHash(id string) uint64 {
 	return h
 }
 
-// mix64 is the splitmix64 finaliser (Steele, Lea and Flood, "Fast splittable pseudorandom number
-// generators", OOPSLA 2014): a bijection with full avalanche, so nearby keys get unrelated weights.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+// mix64 is local.Mix64, the SplitMix64 finaliser: a bijection with full avalanche, so nearby
+// keys get unrelated weights.
+func mix64(x uint64) uint64 { return local.Mix64(x) }
 
 // RendezvousWeight is the weight of node id for key; the highest weight wins.
 func RendezvousWeight(key uint64, id string) uint64 {

@@ -3,7 +3,7 @@ package routing
 import "math/bits"
 
 // bitTable maps a block hash to a non-zero 64-bit node bitmask: an open-addressing hash table
-// with linear probing and backward-shift deletion (Knuth, TAOCP vol. 3, §6.4, Algorithm R), so
+// with linear probing and backward-shift deletion (Knuth, TAOCP vol. 3, section 6.4, Algorithm R), so
 // there are no tombstones and probe sequences stay short under churn. A slot is 16 bytes (key and
 // mask side by side, one cache line per probe) and a zero mask marks it empty, which is free
 // because the index deletes a hash when its last node bit goes. The table's size is any number

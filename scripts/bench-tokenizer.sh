@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12: the exact Go tokenizer beside Hugging Face's Rust core (npm tokenizers@0.23.2) on the
+# The exact Go tokenizer beside Hugging Face's Rust core (npm tokenizers@0.23.2) on the
 # same texts, in the same run, both pinned to one core (taskset -c 0, GOMAXPROCS=1). Needs
 # scripts/fetch-tokenizers.sh --with-reference. Prints each side's ms per 32 KiB encode and the
 # ratio HF/Go (above 1: Go is faster), then the 8k-prompt and next-chat-turn figures.

@@ -26,15 +26,24 @@ trap 'rm -rf "$work"' EXIT
 go build -o "$work/prefixmesh-node" ./cmd/node
 go build -o "$work/prefixmesh-router" ./cmd/router
 
-for values in "" "$chart/ci/prod-values.yaml" "$chart/ci/gateway-values.yaml"; do
+# render VALUES_ARGS… renders the chart into $work/rendered.yaml.
+render() { "$helm" template pm "$chart" --namespace llm "$@" >"$work/rendered.yaml"; }
+# check [chartcheck flags…] decodes and checks $work/rendered.yaml, writing the daemons' flags.
+check() {
+	rm -rf "$work/flags" "$work/root" && mkdir -p "$work/flags"
+	"$work/chartcheck" -manifests "$work/rendered.yaml" -flags-dir "$work/flags" -files-root "$work/root" "$@"
+}
+
+# Every values file in ci/ is an example CI keeps true: the production-like one and one per
+# tokenizer spec (hf: from an image, render:, engine).
+for values in "" "$chart"/ci/*.yaml; do
 	name="${values:-defaults}"
 	args=()
 	[ -n "$values" ] && args=(-f "$values")
 	echo "checkchart: $name"
 	"$helm" lint --strict "$chart" "${args[@]}" >/dev/null
-	"$helm" template pm "$chart" --namespace llm "${args[@]}" >"$work/rendered.yaml"
-	mkdir -p "$work/flags"
-	"$work/chartcheck" -manifests "$work/rendered.yaml" -flags-dir "$work/flags" -files-root "$work/root"
+	render "${args[@]}"
+	check -cluster-domain cluster.local
 	mapfile -t node_args <"$work/flags/node.args"
 	mapfile -t router_args <"$work/flags/router.args"
 	"$work/prefixmesh-node" "${node_args[@]}" --validate-only
@@ -44,11 +53,76 @@ done
 # The reference Envoy for the endpoint picker, decoded into Envoy's own protos.
 "$work/chartcheck" -envoy deploy/envoy/envoy.yaml
 
+# Another cluster domain reaches every address that names one.
+render --set clusterDomain=corp.internal
+check -cluster-domain corp.internal >/dev/null
+if check -cluster-domain cluster.local >/dev/null 2>&1; then
+	echo "checkchart: clusterDomain=corp.internal still rendered svc.cluster.local somewhere" >&2
+	exit 1
+fi
+
 # The schema and the templates' guards must refuse nonsense rather than render it.
+vllm=(--set node.engine=vllm --set node.engineContainer.image=vllm/vllm-openai:v0.11.0)
 for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persistence.enabled=false" \
-	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe"; do
-	if "$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
-		echo "checkchart: values.schema.json accepted $bad" >&2
+	"router.replicas=2" "router.replicas=4" "node.engine=vllm" "router.tokenizer=hf:/etc/prefixmesh/tokenizer" \
+	"router.tokenizerFiles.image=models:1" "router.tokenizerFiles.persistentVolumeClaim=models" \
+	"node.engineContainer.args={--block-size=16}" \
+	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe" "gateway.extProcTLS=maybe"; do
+	if "$helm" template pm "$chart" "${vllm[@]}" --set router.tokenizer=engine --set "$bad" >/dev/null 2>&1 &&
+		"$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
+		echo "checkchart: the chart accepted $bad" >&2
+		exit 1
+	fi
+done
+
+# chartcheck's rules must reject what they guard against: each of these renders, and fails.
+reject() {
+	local why="$1"
+	shift
+	render "$@"
+	if check -cluster-domain cluster.local >/dev/null 2>&1; then
+		echo "checkchart: chartcheck accepted $why" >&2
+		exit 1
+	fi
+}
+reject "agents of real engines on every node" --set node.nodeSelector=null
+# A simulated staging fleet may run everywhere (the chart README's first install).
+render --set node.engine=sim --set node.nodeSelector=null
+check -cluster-domain cluster.local >/dev/null
+reject "a short agent startup beside vLLM" "${vllm[@]}" --set router.tokenizer=engine --set node.startupTimeoutSeconds=120
+reject "an engine sidecar without probes" "${vllm[@]}" --set router.tokenizer=engine --set node.engineContainer.healthPath=
+reject "vLLM flags not matched to the agent's" "${vllm[@]}" --set router.tokenizer=engine --set node.engineContainer.injectFlags=false
+reject "vLLM flags that disagree with the agent's" "${vllm[@]}" --set router.tokenizer=engine --set node.engineContainer.injectFlags=false \
+	--set-json 'node.engineContainer.args=["--port=8000","--served-model-name=prefixmesh-sim","--block-size=32","--enable-prompt-tokens-details","--kv-events-config={\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"}"]'
+reject "router voters free to share a host" --set-json 'router.affinity={"podAffinity":{}}'
+render
+sed 's/^  replicas: 3$/  replicas: 2/' "$work/rendered.yaml" >"$work/even.yaml" && mv "$work/even.yaml" "$work/rendered.yaml"
+if check >/dev/null 2>&1; then
+	echo "checkchart: chartcheck accepted an even number of Raft voters" >&2
+	exit 1
+fi
+render
+sed '/seccompProfile:/,+1d' "$work/rendered.yaml" >"$work/noseccomp.yaml" && mv "$work/noseccomp.yaml" "$work/rendered.yaml"
+if check >/dev/null 2>&1; then
+	echo "checkchart: chartcheck accepted pods without a seccomp profile" >&2
+	exit 1
+fi
+# The same flags, injected, pass.
+render "${vllm[@]}" --set router.tokenizer=engine
+check -cluster-domain cluster.local >/dev/null
+
+# NOTES.txt warns when the agents point at no engine (the defaults), and only then. helm
+# template skips NOTES.txt (and wants YAML from templates), so render a copy of the chart where
+# a template holds NOTES.txt, rendered with tpl, as a YAML string.
+cp -r "$chart" "$work/notes-chart"
+mv "$work/notes-chart/templates/NOTES.txt" "$work/notes-chart/NOTES.txt"
+printf '%s\n' 'notes: |' '{{ tpl (.Files.Get "NOTES.txt") . | indent 2 }}' >"$work/notes-chart/templates/notes.yaml"
+notes() { "$helm" template pm "$work/notes-chart" --namespace llm --show-only templates/notes.yaml "$@"; }
+warning="WARNING: the node agents point at no engine"
+notes | grep -q "$warning" || { echo "checkchart: no warning for agents pointing at nothing" >&2; exit 1; }
+for ok in "node.engine=sim" "node.mode=hostNetwork" "node.engineContainer.image=engine:1" "node.engineURL=http://e:8000"; do
+	if notes --set "$ok" | grep -q "$warning"; then
+		echo "checkchart: warned about agents pointing at nothing with $ok" >&2
 		exit 1
 	fi
 done

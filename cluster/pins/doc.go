@@ -1,5 +1,5 @@
-// Package pins is the Raft-replicated adapter pinning metadata of a prefixmesh cluster (DESIGN.md
-// §7): adapters (id, name, base model, revision), placement pins (adapter → the nodes the router may
+// Package pins is the Raft-replicated adapter pinning metadata of a prefixmesh cluster
+// (docs/architecture.md, "Pins"): adapters (id, name, base model, revision), placement pins (adapter → the nodes the router may
 // send it to) and prefix pins ((adapter, token prefix) → the nodes that must keep that prefix
 // cached). The state machine (FSM) applies versioned, pre-validated binary commands
 // deterministically; every entry's version is the Raft index of the write that last changed it,

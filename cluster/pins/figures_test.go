@@ -6,17 +6,20 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/routing/sim"
 )
 
 var figures = flag.Bool("pins.figures", false, "measure and print pin write latency and failover time")
 
+// percentile is sim.Percentile of unsorted latencies, p a fraction.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
+	return sim.Percentile(s, 100*p)
 }
 
-// TestFigures prints the figures of DESIGN.md §9 for Raft: pin write latency with 3 voters on
+// TestFigures prints the Raft figures: pin write latency with 3 voters on
 // loopback (on the leader and forwarded from a follower) and the time from killing the leader to
 // the next successful write, over repeated trials. Run with -pins.figures -v (without -race).
 func TestFigures(t *testing.T) {

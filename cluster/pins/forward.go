@@ -71,7 +71,7 @@ func (f *forwarder) propose(ctx context.Context, addr string, cmd []byte) (Resul
 
 // toLeader runs call, a PinsPeer call to the leader id, abandoning it when this member sees
 // another leader elected meanwhile: a frozen leader never answers, and the caller's deadline
-// would otherwise pass on it though a new leader was elected seconds in (issue 15). An abandoned
+// would otherwise pass on it though a new leader was elected seconds in. An abandoned
 // call's outcome is unknown (ErrUnavailable): a write may still have been replicated.
 func (s *Store) toLeader(ctx context.Context, id string, call func(context.Context) error) error {
 	actx, cancel := context.WithCancel(ctx)

@@ -20,8 +20,8 @@ const (
 	MaxBaseModelLen = 256
 	// MaxRevisionLen bounds the weights label; a hex SHA-256 digest (64) plus a prefix fits.
 	MaxRevisionLen = 128
-	// MaxNodeIDLen bounds a node id: ids travel in memberlist metadata (≤ 512 bytes in total,
-	// DESIGN.md §5), so a longer one could not belong to a real member.
+	// MaxNodeIDLen bounds a node id: ids travel in memberlist metadata (at most cluster.MaxMetaBytes,
+	// 512, in total), so a longer one could not belong to a real member.
 	MaxNodeIDLen = 128
 	// MaxPinNodes bounds the nodes of one pin: a pin names a placement subset; a fleet pins an
 	// adapter to tens of nodes, and 256 keeps one pin below 33 KiB.
@@ -113,9 +113,10 @@ type PrefixPin struct {
 // Key returns the pin's table key.
 func (p PrefixPin) Key() PrefixKey { return PrefixKey{p.AdapterID, p.Hash} }
 
-// PrefixHash is the canonical hash of a whole token prefix: the canonical block hash of DESIGN.md
-// §4 with the entire prefix as one block, xxhash64(LE64(seed(adapter)) ‖ LE32(tok…)). It is a key, not proof of identity: the
-// FSM compares the stored tokens too and refuses a colliding prefix.
+// PrefixHash is the canonical hash of a whole token prefix: the canonical block hash
+// (docs/architecture.md, "The canonical block hash") with the entire prefix as one block,
+// xxhash64(LE64(seed(adapter)) ‖ LE32(tok…)). It is a key, not proof of identity: the FSM
+// compares the stored tokens too and refuses a colliding prefix.
 func PrefixHash(adapterID uint64, tokens []uint32) uint64 {
 	return local.ChainHash(local.AdapterSeed(adapterID), tokens)
 }

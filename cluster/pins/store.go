@@ -121,7 +121,8 @@ func (s *Store) Start(ctx context.Context) error {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.raft, s.trans, s.bolt, s.started = r, trans, bolt, time.Now()
-	// A non-blocking observer: raft drops observations rather than wait for us (STYLE §8).
+	// A non-blocking observer: raft drops observations rather than wait for us (a raft
+	// callback must never block).
 	s.obsCh = make(chan raft.Observation, 64)
 	s.obs = raft.NewObserver(s.obsCh, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -251,7 +252,7 @@ func (s *Store) Write(ctx context.Context, c Command) (Result, error) {
 // that froze or died mid-call, leadership lost mid-commit): its version condition lets at most
 // one attempt apply. If a retry then finds the version moved, the earlier attempt may be what
 // moved it, so that outcome is reported as ErrUnavailable (unknown) naming the mismatch, never
-// as a plain *VersionError (issue 15).
+// as a plain *VersionError.
 func (s *Store) propose(ctx context.Context, b []byte, cas bool) (Result, error) {
 	ctx, cancel := s.withDeadline(ctx)
 	defer cancel()

@@ -26,7 +26,7 @@ func TestDemoQuick(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"built-in synthetic trace", "[prefixmesh] cluster ready", "[round-robin] 24/24 requests done",
-		"results (24 requests each", "prefix hit ratio", "estimate exact"} {
+		"results (24 requests each", "prefix hit ratio", "estimate exact", "of 24", "time compressed", "estimate exact: the share"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
@@ -44,10 +44,14 @@ func TestDemoFlags(t *testing.T) {
 	if code := runDemo(context.Background(), []string{"--nodes=0"}, &out, &errb); code != 2 {
 		t.Fatalf("--nodes=0: exit %d", code)
 	}
-	cfg := defaultDemoConfig()
+	// --quick is the full run with time compressed: the same requests, every rate quickCompress
+	// times faster, so that its hit ratios and TTFT ratio are the full run's.
+	full, cfg := defaultDemoConfig(), defaultDemoConfig()
 	cfg.quick()
-	if cfg.Serve || cfg.Requests > 60 || cfg.Speed < 4 {
-		t.Fatalf("quick config %+v", cfg)
+	if cfg.Serve || cfg.Requests != full.Requests || cfg.From != full.From || cfg.Nodes != full.Nodes || cfg.KVBlocks != full.KVBlocks ||
+		cfg.MaxOutputTokens != full.MaxOutputTokens || cfg.Speed != quickCompress*full.Speed ||
+		cfg.PrefillPerSec != quickCompress*full.PrefillPerSec || cfg.DecodePerSec != quickCompress*full.DecodePerSec {
+		t.Fatalf("quick config %+v\nwant the full run %+v with time compressed %d×", cfg, full, quickCompress)
 	}
 }
 

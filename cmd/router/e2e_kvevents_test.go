@@ -32,7 +32,8 @@ func TestEstimateEqualsCachedTokensOverKVEvents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 4-node cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// Generous bounds, not targets: on a loaded two-core machine one probe round can take seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cfg := defaultDemoConfig()
 	cfg.Nodes = 4
@@ -147,7 +148,8 @@ func newQuiescence(t *testing.T, c *demoCluster) *quiescence {
 
 func (q *quiescence) wait(ctx context.Context, tokens []uint32) map[string]int64 {
 	q.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	const bound = 2 * time.Minute // propagation takes milliseconds; this only ends a hang
+	deadline := time.Now().Add(bound)
 	var why string
 	for {
 		agreed := map[string]int64{}
@@ -155,14 +157,14 @@ func (q *quiescence) wait(ctx context.Context, tokens []uint32) map[string]int64
 			return agreed
 		}
 		if time.Now().After(deadline) {
-			q.t.Fatalf("no quiescence within 30 s: %s", why)
+			q.t.Fatalf("no quiescence within %v: %s", bound, why)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
 func (q *quiescence) disagreement(ctx context.Context, tokens []uint32, agreed map[string]int64) string {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	route, err := q.router.Route(rctx, &pb.RouteRequest{Tokens: tokens, DryRun: true}) // probing must not record a decision
 	if err != nil {

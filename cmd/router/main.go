@@ -1,7 +1,8 @@
 // Command prefixmesh-router is the front-door router of a prefixmesh fleet. With no subcommand
 // (or "serve") it joins the cluster, mirrors every node's cache summary and routes requests;
 // "sim" replays a trace through the routing policies; "pins" administers adapter pins; "demo"
-// runs a whole local cluster with simulated engines. "help" (or -h, --help) lists them all.
+// runs a whole local cluster with simulated engines. "help" (or -h, --help) lists them all;
+// --version prints the binary's version (module version, else the VCS stamp of go build).
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/prefixmesh/prefixmesh/internal/buildinfo"
 	"github.com/prefixmesh/prefixmesh/router/routerd"
 )
 
@@ -52,6 +54,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return run(ctx, args[1:], stdout, stderr)
 		}
 	}
+	if len(args) == 1 && (args[0] == "version" || args[0] == "-version" || args[0] == "--version") {
+		fmt.Fprintf(stdout, "prefixmesh-router %s\n", buildinfo.Version())
+		return 0
+	}
 	if len(args) == 1 && (args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		usage(stdout)
 		return 0
@@ -76,5 +82,5 @@ func usage(w io.Writer) {
 	for _, name := range names {
 		fmt.Fprintf(w, "  %-9s %s\n", name, summaries[name])
 	}
-	fmt.Fprintf(w, "\nWith no subcommand, or flags first, the router serves. \"prefixmesh-router <subcommand> --help\" shows a subcommand's flags.\n")
+	fmt.Fprintf(w, "\nWith no subcommand, or flags first, the router serves. \"prefixmesh-router <subcommand> --help\" shows a subcommand's flags;\n\"prefixmesh-router --version\" prints the version.\n")
 }

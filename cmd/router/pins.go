@@ -26,6 +26,8 @@ import (
 
 const pinsUsage = `usage: prefixmesh-router pins [--addr host:port] [--json] [--timeout d] [--tls-ca f [--tls-cert f --tls-key f]] <command> [flags]
 
+The connection flags may also follow the command ("pins list --json").
+
 Administers adapter pins through any router's Pins gRPC service (writes are forwarded to the
 Raft leader). Commands:
   list            [--linearizable]
@@ -41,7 +43,9 @@ Raft leader). Commands:
 call failed, 2 usage.
 `
 
-// runPins is the "pins" subcommand.
+// runPins is the "pins" subcommand. The connection flags (--addr, --json, --timeout, --tls-*)
+// may come before the command or among its own flags: "pins list --json" and "pins --json list"
+// are the same call.
 func runPins(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pins", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -51,11 +55,31 @@ func runPins(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ca := fs.String("tls-ca", "", "CA bundle to verify the router with (enables TLS)")
 	cert := fs.String("tls-cert", "", "client certificate for mTLS")
 	key := fs.String("tls-key", "", "client key for mTLS")
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		if err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 || fs.Arg(0) == "help" {
+		if errors.Is(err, flag.ErrHelp) || (err == nil && fs.NArg() > 0) {
+			fmt.Fprint(stdout, pinsUsage)
+			return 0
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "router pins: %v\n", err)
 		}
 		fmt.Fprint(stderr, pinsUsage)
+		return 2
+	}
+	cmd := fs.Arg(0)
+	f := newCmdFlags(cmd)
+	// The command's flag set also takes the connection flags, bound to the same variables.
+	fs.VisitAll(func(g *flag.Flag) { f.fs.Var(g.Value, g.Name, g.Usage) })
+	if err := f.fs.Parse(fs.Args()[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, pinsUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "router pins %s: %v\n%s", cmd, err, pinsUsage)
+		return 2
+	}
+	if f.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "router pins %s: unexpected argument %q\n%s", cmd, f.fs.Arg(0), pinsUsage)
 		return 2
 	}
 	creds, err := pinsCreds(*ca, *cert, *key)
@@ -73,7 +97,7 @@ func runPins(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		dial: func(addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		}}
-	return p.run(ctx, fs.Arg(0), fs.Args()[1:])
+	return p.run(ctx, cmd, f)
 }
 
 func pinsCreds(ca, cert, key string) (credentials.TransportCredentials, error) {
@@ -169,16 +193,8 @@ func (f *cmdFlags) tokenList() ([]uint32, error) {
 // usageError marks errors that exit with status 2.
 type usageError struct{ error }
 
-func (p *pinsCLI) run(ctx context.Context, cmd string, args []string) int {
-	f := newCmdFlags(cmd)
-	if err := f.fs.Parse(args); err != nil {
-		fmt.Fprintf(p.stderr, "router pins %s: %v\n%s", cmd, err, pinsUsage)
-		return 2
-	}
-	if f.fs.NArg() > 0 {
-		fmt.Fprintf(p.stderr, "router pins %s: unexpected argument %q\n%s", cmd, f.fs.Arg(0), pinsUsage)
-		return 2
-	}
+// run runs one parsed command.
+func (p *pinsCLI) run(ctx context.Context, cmd string, f *cmdFlags) int {
 	var err error
 	if cmd == "watch" {
 		err = p.watch(ctx, *f.events)

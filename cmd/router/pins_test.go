@@ -118,6 +118,10 @@ func TestPinsCLI(t *testing.T) {
 	if lj.Prefixes[0].Hash != pins.PrefixHash(7, lj.Prefixes[0].Tokens) {
 		t.Fatal("prefix hash in JSON does not match its tokens")
 	}
+	// The connection flags also follow the command: the same JSON either way.
+	if after := ok("list", "--linearizable", "--json"); after != out {
+		t.Fatalf("pins list --json printed\n%s\nwant what pins --json list printed\n%s", after, out)
+	}
 
 	// A stale compare-and-set fails with exit 1 and names the current version.
 	code, _, errs := pinsCmd(t, addr, "pin", "--adapter", "7", "--nodes", "gpu-3", "--if-version", "1")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,15 +37,20 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) i
 func tokenizeLines(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, tokenizeUsage) }
+	fs.Usage = func() {}
 	spec := fs.String("tokenizer", "", "tokenizer `spec`: cl100k_base, bytes, hf:DIR or render:URL")
 	chat := fs.Bool("chat", false, "lines are chat requests (objects with \"messages\")")
 	special := fs.Bool("special", true, "text lines: add the model's special tokens (BOS), as a completions prompt")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, tokenizeUsage)
+			return 0
+		}
+		fmt.Fprint(stderr, tokenizeUsage)
 		return 2
 	}
 	if *spec == "" || fs.NArg() > 0 {
-		fs.Usage()
+		fmt.Fprint(stderr, tokenizeUsage)
 		return 2
 	}
 	tok, err := tokenizer.New(*spec)

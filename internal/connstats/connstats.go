@@ -1,7 +1,7 @@
 // Package connstats counts a gRPC server's connections that never became gRPC connections:
 // garbage, port scanners, another protocol or a failed TLS handshake. grpc-go drops those without
 // a word at its default log level, so without this an operator cannot tell a port being probed
-// from a quiet one (issue 15: faults outsiders can trigger are counted, not logged per event).
+// from a quiet one (faults outsiders can trigger are counted, not logged per event).
 // Wrap the listener with Listener and pass StatsHandler to grpc.NewServer: a connection the
 // server accepted is "established" once grpc-go has read its HTTP/2 preface (the stats handler
 // sees it) and "refused" if it closes before that.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,32 +13,16 @@ import (
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
 
-// firstByteFlagRE finds the front door's first-byte deadline flags in `serve --help` (the
-// front-door hardening of issue 14 adds them; their names are read, not assumed), as Go's flag
-// package prints a duration flag: "  -first-byte-timeout-ceiling duration".
-var firstByteFlagRE = regexp.MustCompile(`(?m)^\s+-(-?[a-z0-9-]*first-byte[a-z0-9-]*) duration\b`)
-
 // firstByteDeadline is the longest wait for a first byte the drills allow the front door: short
 // enough that the SIGSTOP drill sees retries, long enough for a loaded machine's normal first
-// byte (milliseconds).
+// byte (milliseconds). The flags are named outright: a router that no longer takes them fails
+// to start, and the drills with it, rather than skipping the check.
 const firstByteDeadline = 2 * time.Second
 
-// firstByteArgs returns the flags that bound the front door's first-byte wait by
-// firstByteDeadline: a ceiling flag set to it (and a floor flag below it), or a single deadline
-// flag set to it; nil when help lists none.
-func firstByteArgs(help string) []string {
-	var args []string
-	names := firstByteFlagRE.FindAllStringSubmatch(help, -1)
-	for _, m := range names {
-		name := strings.TrimPrefix(m[1], "-")
-		switch {
-		case strings.Contains(name, "floor"):
-			args = append(args, fmt.Sprintf("--%s=%v", name, firstByteDeadline/2))
-		case strings.Contains(name, "ceiling") || len(names) == 1:
-			args = append(args, fmt.Sprintf("--%s=%v", name, firstByteDeadline))
-		}
-	}
-	return args
+// firstByteFlags bound the front door's first-byte wait by firstByteDeadline.
+var firstByteFlags = []string{
+	fmt.Sprintf("--first-byte-timeout-floor=%v", firstByteDeadline/2),
+	fmt.Sprintf("--first-byte-timeout-ceiling=%v", firstByteDeadline),
 }
 
 // cluster is the drills' fleet: three routers (Raft voters) and four node agents.
@@ -49,16 +31,8 @@ type cluster struct {
 	routers   []*proc
 	routerCCs []*grpc.ClientConn
 	nodes     map[string]*proc
-	// firstByteFlags set the router's first-byte deadline; nil when it has none.
-	firstByteFlags []string
-	killedAt       time.Time // when the kill drill killed its node
-	downPorts      portHold  // the killed node's ports, held until it restarts on them
-}
-
-// routerFirstByteArgs reads `serve --help` of the router binary for its first-byte deadline flags.
-func routerFirstByteArgs(bin string) []string {
-	out, _ := exec.Command(bin, "serve", "--help").CombinedOutput() // --help exits 0; output is what matters
-	return firstByteArgs(string(out))
+	killedAt  time.Time // when the kill drill killed its node
+	downPorts portHold  // the killed node's ports, held until it restarts on them
 }
 
 func (c *cluster) routerArgs(i int) []string {
@@ -71,7 +45,7 @@ func (c *cluster) routerArgs(i int) []string {
 	} else {
 		args = append(args, "--raft-bootstrap-expect=0", "--join="+c.routers[0].addrs["gossip"])
 	}
-	args = append(args, c.firstByteFlags...)
+	args = append(args, firstByteFlags...)
 	return args
 }
 
@@ -101,7 +75,7 @@ func (c *cluster) startNode(id string, listen map[string]string) *proc {
 // startCluster launches the routers and nodes and returns once every router routes among the
 // four nodes, serves its health, and the Raft configuration has three voters and a leader.
 func startCluster(t *testing.T, f *fleet) *cluster {
-	c := &cluster{fleet: f, nodes: map[string]*proc{}, firstByteFlags: routerFirstByteArgs(f.rtrBin)}
+	c := &cluster{fleet: f, nodes: map[string]*proc{}}
 	for i := range 3 {
 		c.routers = append(c.routers, c.launch(fmt.Sprintf("router-%d", i), c.rtrBin, c.routerArgs(i)...))
 		c.routerCCs = append(c.routerCCs, dial(t, c.routers[i].addrs["grpc"]))

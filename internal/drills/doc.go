@@ -1,4 +1,4 @@
-// Package drills holds the fault drills of issue 15 as a Go test: it builds the real
+// Package drills holds the fault drills as a Go test: it builds the real
 // prefixmesh-node and prefixmesh-router binaries, starts four node agents (simulated engines) and
 // three routers (the Raft voters) as processes on loopback, all on ports the OS picks (read back
 // from --addr-file), drives bounded streaming load through the routers' front doors, and then, one

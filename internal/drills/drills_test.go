@@ -14,7 +14,7 @@ import (
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
 
-// Targets (issue 15) and the bounds asserted. The bounds are generous so a loaded two-core CI
+// Targets and the bounds asserted. The bounds are generous so a loaded two-core CI
 // machine does not flake; the figures printed are what to compare with the targets.
 const (
 	ejectTarget, ejectBound = time.Second, 3 * time.Second
@@ -44,7 +44,7 @@ func TestDrills(t *testing.T) {
 	c := startCluster(t, f)
 	var figs figures
 	defer figs.report(t)
-	t.Logf("%s: cluster up (3 routers, 4 nodes); first-byte deadline flags: %q", f.since(), c.firstByteFlags)
+	t.Logf("%s: cluster up (3 routers, 4 nodes); first-byte deadline flags: %q", f.since(), firstByteFlags)
 
 	ld := startLoad(c.routerHTTPs())
 	defer ld.stop()
@@ -185,7 +185,7 @@ func drillRestart(t *testing.T, c *cluster, ld *load, figs *figures, victim stri
 	select {
 	case <-old.exited:
 	default:
-		t.Skip("the node was not killed")
+		t.Fatal("the restart drill needs the kill drill's node dead, and it is still running")
 	}
 	// The same addresses (a container restarting in place): a router whose repair connection to
 	// the old process sat in gRPC's reconnect backoff would leave it out of routing for minutes.
@@ -282,10 +282,6 @@ func drillDrain(t *testing.T, c *cluster, ld *load, figs *figures, victim string
 }
 
 func drillStop(t *testing.T, c *cluster, ld *load, figs *figures, victim string) {
-	if len(c.firstByteFlags) == 0 {
-		figs.add("SIGSTOP a node 10 s", "skipped: the router has no first-byte deadline flag", "no request waits past the first-byte deadline")
-		t.Skip("skipped: `prefixmesh-router serve --help` lists no first-byte deadline flag (the front-door hardening of issue 14 adds it); the check runs once it exists")
-	}
 	id := c.pick(t, victim)
 	p := c.nodes[id]
 	t0 := time.Now()
@@ -361,7 +357,7 @@ func (c *cluster) putAdapter(t *testing.T, i int, id uint64) uint64 {
 	return put.GetAdapter().GetVersion()
 }
 
-// drillFreezeLeader is the frozen leader of issue 15: a compare-and-set forwarded to a Raft
+// drillFreezeLeader is the frozen leader: a compare-and-set forwarded to a Raft
 // leader that stopped answering used to fail at the caller's deadline though a new leader was
 // elected seconds in.
 func drillFreezeLeader(t *testing.T, c *cluster, ld *load, figs *figures) {

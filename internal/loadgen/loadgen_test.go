@@ -126,22 +126,7 @@ func TestRunCancelled(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 100; i++ {
-		d = append(d, time.Duration(i))
-	}
-	for _, c := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 50}, {0.99, 99}, {1, 100}, {0, 1}} {
-		if got := Percentile(d, c.q); got != c.want {
-			t.Errorf("p%v = %v, want %v", c.q, got, c.want)
-		}
-	}
-	if Percentile(nil, 0.5) != 0 {
-		t.Error("empty percentile")
-	}
+func TestSummarizeEmpty(t *testing.T) {
 	if s := Summarize(nil); s.EstimateExact != -1 || s.HitRatio != 0 {
 		t.Errorf("empty summary %+v", s)
 	}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/routing/sim"
 )
 
 // Summary is the aggregate of one replay.
@@ -17,6 +19,7 @@ type Summary struct {
 	TTFTP50, TTFTP99  time.Duration
 	LatencyMean       time.Duration
 	EstimateExact     float64 // share of routed requests whose estimate equalled cached tokens; -1 if none carried an estimate
+	EstimateCompared  int     // requests with both an estimate and the engine's cached-token count
 	EstimateMAE       float64 // mean absolute error of the estimate, in tokens
 	PerNode           map[string]int
 	MaxLate           time.Duration
@@ -65,24 +68,16 @@ func Summarize(results []Result) Summary {
 			sum += t
 		}
 		s.TTFTMean = sum / time.Duration(n)
-		s.TTFTP50 = Percentile(ttfts, 0.50)
-		s.TTFTP99 = Percentile(ttfts, 0.99)
+		s.TTFTP50 = sim.Percentile(ttfts, 50)
+		s.TTFTP99 = sim.Percentile(ttfts, 99)
 		s.LatencyMean = latSum / time.Duration(n)
 	}
+	s.EstimateCompared = estimated
 	if estimated > 0 {
 		s.EstimateExact = float64(exact) / float64(estimated)
 		s.EstimateMAE = absErr / float64(estimated)
 	}
 	return s
-}
-
-// Percentile returns the nearest-rank q-quantile of sorted values (0 for none).
-func Percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(q*float64(len(sorted))+0.999999999) - 1
-	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
 // WriteTable prints summaries side by side, one column per named run.
@@ -109,7 +104,7 @@ func WriteTable(w io.Writer, names []string, sums []Summary) {
 		if s.EstimateExact < 0 {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.1f%%", 100*s.EstimateExact)
+		return fmt.Sprintf("%.1f%% of %d", 100*s.EstimateExact, s.EstimateCompared)
 	})
 	row("estimate MAE (tok)", func(s Summary) string { return fmt.Sprintf("%.1f", s.EstimateMAE) })
 }

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"math/bits"
@@ -25,6 +26,10 @@ const maxIDValue = math.MaxUint32
 type Prompt struct {
 	Items []PromptItem
 	Batch bool
+	// Start and End delimit the prompt's JSON value in the request body (ParseCompletion sets
+	// them; the last "prompt" member when the body repeats it, the one that counts): with the
+	// items' spans they let a batch be split into single-prompt bodies as views of the body.
+	Start, End int
 }
 
 // PromptItem is one prompt of a request: text (IDs nil) or token ids.
@@ -188,7 +193,20 @@ func (p *promptParser) batch(out *Prompt) error {
 // ids parses token ids after an array's '[' (at least one, whitespace skipped) through its ']'.
 func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 	for i := 0; ; i++ {
-		// Fast path, the common case: plain digits directly followed by ',' or ']'.
+		// Fastest path, the common case: up to 7 plain digits directly followed by ',' or ']',
+		// read 8 bytes at a time (swarDigits).
+		if b, j := p.b, p.pos; j+8 <= len(b) && b[j] >= '1' && b[j] <= '9' {
+			if v, n := swarDigits(binary.LittleEndian.Uint64(b[j:])); n < 8 && (b[j+n] == ',' || b[j+n] == ']') {
+				p.steps += n + 1
+				ids = append(ids, v)
+				p.pos = j + n + 1
+				if b[j+n] == ']' {
+					return ids, nil
+				}
+				continue
+			}
+		}
+		// Fast path: plain digits directly followed by ',' or ']'.
 		if b, j := p.b, p.pos; j < len(b) && b[j] >= '1' && b[j] <= '9' {
 			var v uint64
 			k := j
@@ -238,6 +256,27 @@ func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 			return nil, invalidParam(param, "%s: expected ',' or ']' after element %d, got %s", param, i, p.kind())
 		}
 	}
+}
+
+// swarDigits reads the run of ASCII digits at the start of w (8 bytes of the input, the first in
+// the lowest byte) with a few word operations instead of a multiply per digit: n is the run's
+// length (8 when all eight bytes are digits, and then v is not computed) and v its value. The
+// digit test and the pairwise combination are the SWAR technique of simdjson's
+// parse_eight_digits_unrolled (Lemire and Langdale, "Parsing Gigabytes of JSON per Second",
+// VLDB Journal 2019).
+func swarDigits(w uint64) (v uint32, n int) {
+	t := w ^ 0x3030303030303030 // a digit byte becomes its value 0..9
+	// A byte is not a digit when its high nibble is set or it is 10..15; a carry out of a
+	// non-digit byte can only spoil later bytes, past the first non-digit, which is all we read.
+	nonDigit := (t & 0xF0F0F0F0F0F0F0F0) | ((t + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0)
+	n = bits.TrailingZeros64(nonDigit) >> 3
+	if n == 0 || n == 8 {
+		return 0, n
+	}
+	t <<= 64 - 8*uint(n) // the digits in the top n bytes, zeros (leading zeros) below
+	t = t*10 + t>>8      // pairs of digits
+	t = ((t&0x000000FF000000FF)*(100+1000000<<32) + (t>>16&0x000000FF000000FF)*(1+10000<<32)) >> 32
+	return uint32(t), n
 }
 
 // number parses a JSON number at pos and reports whether it is a token id: an integer value in

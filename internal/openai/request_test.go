@@ -104,3 +104,23 @@ func TestWriteErrorRetryAfter(t *testing.T) {
 		t.Errorf("%s %v", w.Body, w.Header())
 	}
 }
+
+// The prompt's span in the body is the last "prompt" member's value (the one that counts, as in
+// encoding/json), so a batch split from it uses the prompts the request was parsed with.
+func TestParseCompletionPromptSpan(t *testing.T) {
+	body := []byte(`{"prompt": "old", "model":"m", "prompt" :  ["a", "bc"]  , "max_tokens":1}`)
+	c, err := ParseCompletion(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Prompt
+	if got := string(body[p.Start:p.End]); got != `["a", "bc"]` {
+		t.Fatalf("prompt span %q, want the last prompt's value", got)
+	}
+	for i, want := range []string{`"a"`, `"bc"`} {
+		it := p.Items[i]
+		if got := string(body[p.Start+it.Start : p.Start+it.End]); got != want {
+			t.Errorf("item %d span %q, want %q", i, got, want)
+		}
+	}
+}

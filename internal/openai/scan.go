@@ -285,6 +285,7 @@ func (s *scanner) members(body []byte, f func(key string, val []byte) error) err
 			var vend int
 			if key == "prompt" && s.prompt != nil && vstart < len(body) {
 				s.parsed, vend, err = s.prompt.parseAt(body, vstart)
+				s.parsed.Start, s.parsed.End = vstart, vend
 				s.steps += s.prompt.steps
 				s.prompt.steps = 0
 			} else {

@@ -1,6 +1,6 @@
 // Package ratelog limits log lines that outsiders can cause (a garbage packet, a failed TLS
 // handshake: one line each, as many as anyone cares to send) to a few per interval, and counts
-// them all (issue 15). Limiter is the decision; ErrorLog applies it to a net/http server's
+// them all. Limiter is the decision; ErrorLog applies it to a net/http server's
 // ErrorLog.
 package ratelog
 

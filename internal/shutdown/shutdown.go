@@ -11,16 +11,18 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Servers drains g and h within ctx, then stops what is left.
-func Servers(ctx context.Context, logger *slog.Logger, g *grpc.Server, h *http.Server) {
+// Servers drains g and the HTTP servers hs within ctx, then stops what is left.
+func Servers(ctx context.Context, logger *slog.Logger, g *grpc.Server, hs ...*http.Server) {
 	grpcDone := make(chan struct{})
 	go func() {
 		g.GracefulStop()
 		close(grpcDone)
 	}()
-	if err := h.Shutdown(ctx); err != nil {
-		logger.Warn("http drain incomplete; closing connections", "err", err)
-		_ = h.Close()
+	for _, h := range hs {
+		if err := h.Shutdown(ctx); err != nil {
+			logger.Warn("http drain incomplete; closing connections", "err", err)
+			_ = h.Close()
+		}
 	}
 	select {
 	case <-grpcDone:

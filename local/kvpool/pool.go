@@ -1,15 +1,15 @@
 // Package kvpool is a fixed-size pool of KV-cache blocks driven by a local.PrefixCache exactly as
-// an inference engine drives it (spec/prefix-cache.md §6): every block has a reference count
-// (one per running sequence that uses it plus one per time the cache stores it) and a block whose
-// count drops to zero returns to a free list. Admit looks the prompt up, reuses the matched
-// blocks, reclaims room under pressure the way the engine's reclaim_for_prompt does (§2.7, §8.13:
-// pin the cached prefix, evict unheld leaves until enough blocks are free or nothing is left,
-// unpin) and allocates the rest for the prompt and its output; Insert hands the prompt's block
-// table to the cache after prefill and applies InsertAcquired (increments before decrements);
-// Finish releases the sequence's holds. Costs turns token counts into simulated prefill and
-// decode durations, for the live simulated engine and the trace simulator alike. The package is
-// pure: no IO, no goroutines, no clock, and a Pool is not safe for concurrent use (its owner
-// serialises calls; the cache itself may be shared with other readers).
+// an inference engine drives it (local/CONTRACT.md, "The caller's contract"): every block has a
+// reference count (one per running sequence that uses it plus one per time the cache stores it)
+// and a block whose count drops to zero returns to a free list. Admit looks the prompt up, reuses
+// the matched blocks, reclaims room under pressure the way the engine's reclaim_for_prompt does
+// (local/CONTRACT.md, "PinPrefix": pin the cached prefix, evict unheld leaves until enough blocks
+// are free or nothing is left, unpin) and allocates the rest for the prompt and its output;
+// Insert hands the prompt's block table to the cache after prefill and applies InsertAcquired
+// (increments before decrements); Finish releases the sequence's holds. Costs turns token counts
+// into simulated prefill and decode durations, for the live simulated engine and the trace
+// simulator alike. The package is pure: no IO, no goroutines, no clock, and a Pool is not safe for
+// concurrent use (its owner serialises calls; the cache itself may be shared with other readers).
 package kvpool
 
 import (
@@ -153,7 +153,7 @@ func (p *Pool) Admit(tokens []uint32, adapter uint64, outputTokens int) (*Seq, e
 	}
 	bs := p.blockSize
 
-	// Reclaim (spec §2.7 reclaim_for_prompt): pin the cached prefix so eviction cannot take the
+	// Reclaim (the engine's reclaim_for_prompt): pin the cached prefix so eviction cannot take the
 	// blocks this sequence is about to reuse, evict for the rest, drop the pin. Pinning rather
 	// than looking up first keeps a refused request out of the cache's hit counters.
 	if len(p.free) < need {
@@ -170,7 +170,7 @@ func (p *Pool) Admit(tokens []uint32, adapter uint64, outputTokens int) (*Seq, e
 
 	m := p.cache.Lookup(tokens, bs, 0, adapter)
 	// With sub-block matching on, a match may end inside a block; that block cannot be shared
-	// without copy-on-write (spec §5), so only whole blocks are reused. Lookup held only those.
+	// without copy-on-write (local/CONTRACT.md, "Sub-block matching"), so only whole blocks are reused. Lookup held only those.
 	reuse := min(m.MatchedTokens/bs, len(m.MatchedBlocks))
 	fresh := need - reuse
 	if fresh > len(p.free) {
@@ -213,8 +213,8 @@ func (p *Pool) Admit(tokens []uint32, adapter uint64, outputTokens int) (*Seq, e
 	return s, nil
 }
 
-// Insert hands the prompt's blocks to the cache after prefill (spec §2.8) and applies the result
-// (§6.2): a ref on every acquired block before dropping one on every released block, so a block
+// Insert hands the prompt's blocks to the cache after prefill and applies the result (local/CONTRACT.md,
+// "The caller's contract", item 2): a ref on every acquired block before dropping one on every released block, so a block
 // in both lists never passes through zero.
 func (s *Seq) Insert() error {
 	switch {
@@ -245,7 +245,7 @@ func (s *Seq) Insert() error {
 }
 
 // Finish ends the sequence: it drops the sequence's holds on the cache (Release of the inserted
-// prompt, or ReleaseMatched of the lookup when it never inserted, spec §6.4) and its own refs on
+// prompt, or ReleaseMatched of the lookup when it never inserted) and its own refs on
 // its blocks; blocks left with no reference return to the free list. The cache keeps its own
 // refs on the blocks it stores until they are evicted.
 func (s *Seq) Finish() error {
@@ -277,7 +277,7 @@ func (p *Pool) Reclaim(want int) int {
 }
 
 // reclaim loops evict(target − free) until target blocks are free or evict returns nothing,
-// handing back the cache's ref on every evicted block (spec §6.5). An evicted block still used by
+// handing back the cache's ref on every evicted block. An evicted block still used by
 // a running sequence stays allocated, so the loop may call Evict several times.
 func (p *Pool) reclaim(target int) {
 	for len(p.free) < target {

@@ -122,7 +122,7 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-// Spec §8.13.1: a warm admission reuses the cached prefix and evicts nothing.
+// The reference's prefix_reclaim_tests.rs case 1: a warm admission reuses the cached prefix and evicts nothing.
 func TestWarmAdmissionKeepsPrefix(t *testing.T) {
 	p, rec := newPool(t, 10, 16)
 	prefix := seqTokens(96, 1000)
@@ -149,7 +149,7 @@ func TestWarmAdmissionKeepsPrefix(t *testing.T) {
 	checkHolds(t, p, rec, nil)
 }
 
-// Spec §8.13.2, adapted: a tail that cannot fit evicts others but never the reused prefix, and
+// prefix_reclaim_tests.rs case 2, adapted: a tail that cannot fit evicts others but never the reused prefix, and
 // the refusal is ErrPoolBusy while a running sequence holds the rest.
 func TestReclaimNeverEvictsReusedPrefix(t *testing.T) {
 	p, rec := newPool(t, 10, 16)
@@ -230,7 +230,8 @@ func TestTooLargeAndInvalid(t *testing.T) {
 	checkHolds(t, p, rec, nil)
 }
 
-// Two sequences with the same new prompt both insert: the second adopts (spec §2.8 step 3) and
+// Two sequences with the same new prompt both insert: the second adopts (block adoption, local/CONTRACT.md,
+// "Insert") and
 // the released blocks stay with the first sequence until it finishes.
 func TestConcurrentSamePromptAdoption(t *testing.T) {
 	p, rec := newPool(t, 16, 4)

@@ -29,6 +29,16 @@ const (
 // mirrored reports whether the engine mode mirrors a real engine's KV events.
 func mirrored(engine string) bool { return engine == engineVLLM || engine == engineSGLang }
 
+// cacheOwner names what owns the prefix cache of a read-only agent, for the error its NodeCache
+// gives a refused write: the simulated engine's KV pool, or a real engine mirrored from its KV
+// events.
+func cacheOwner(engine string) string {
+	if mirrored(engine) {
+		return "the " + engine + " engine beside this agent (--engine=" + engine + "; the agent mirrors it from its KV events, and only the engine changes it)"
+	}
+	return "the in-process simulated engine (--engine=" + engine + ")"
+}
+
 // Config is the node agent's configuration; every field maps 1:1 to a flag.
 type Config struct {
 	// GRPCListen is where NodeCache, grpc.health.v1 and reflection are served: host:port, or
@@ -86,6 +96,12 @@ type Config struct {
 	// DrainTimeout bounds a graceful shutdown: 20 s, under Kubernetes' default 30 s termination
 	// grace period so the agent exits on its own before it is killed.
 	DrainTimeout time.Duration
+	// DrainNotice is the first part of a drain: the agent gossips that it is draining (routers
+	// stop choosing it for new requests) and keeps serving, its summary still in every router,
+	// before it leaves the cluster. 2 s is several of memberlist's LAN gossip rounds (200 ms), so
+	// every router hears it before the node disappears; 0 leaves at once. It takes at most half
+	// of DrainTimeout (drainNotice), so a short drain still has time for in-flight calls.
+	DrainNotice time.Duration
 	// AddrFile, when set, receives the bound addresses once listening ("grpc=… http=…"), for
 	// scripts and tests that listen on port 0.
 	AddrFile string
@@ -143,6 +159,7 @@ func DefaultConfig() Config {
 		Model:        "prefixmesh-sim",
 		LogLevel:     "info",
 		DrainTimeout: 20 * time.Second,
+		DrainNotice:  2 * time.Second,
 		Sim: SimConfig{
 			PrefillTokensPerSec: 10000,
 			DecodeTokensPerSec:  50,
@@ -188,6 +205,8 @@ func (c Config) Validate() error {
 		return bad("--model: must not be empty")
 	case c.DrainTimeout <= 0:
 		return bad("--drain-timeout %v: must be positive", c.DrainTimeout)
+	case c.DrainNotice < 0:
+		return bad("--drain-notice %v: must not be negative", c.DrainNotice)
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return bad("--tls-cert and --tls-key: give both or neither")
 	case c.TLSClientCA != "" && c.TLSCert == "":
@@ -313,6 +332,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.PinsAddr, "pins-addr", cfg.PinsAddr, "router gRPC `host:port` to follow the pin table from (default: routers found in gossip)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish before closing them")
+	fs.DurationVar(&cfg.DrainNotice, "drain-notice", cfg.DrainNotice, "on SIGTERM, how long to announce draining (routers send nothing new) before leaving gossip; at most half of --drain-timeout")
 	fs.StringVar(&cfg.AddrFile, "addr-file", cfg.AddrFile, "write the bound addresses (\"grpc=… http=…\") to this `file` once listening")
 	fs.BoolVar(&cfg.ValidateOnly, "validate-only", cfg.ValidateOnly, "parse and validate flags, print \"ok\" and exit")
 	fs.Float64Var(&cfg.Sim.PrefillTokensPerSec, "sim-prefill-tokens-per-s", cfg.Sim.PrefillTokensPerSec, "simulated prefill throughput in `tokens/s`")
@@ -367,3 +387,6 @@ func (c Config) kvEventsConfig() kvevents.Config {
 	}
 	return k
 }
+
+// drainNotice is DrainNotice within its share of the drain: at most half of DrainTimeout.
+func (c Config) drainNotice() time.Duration { return min(c.DrainNotice, c.DrainTimeout/2) }

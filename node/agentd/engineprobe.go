@@ -176,9 +176,23 @@ func parseEngineMetrics(r io.Reader) (started float64, ld cluster.Load) {
 			prefill += v
 		}
 	}
-	ld = cluster.Load{Running: uint32(max(running, 0)), Waiting: uint32(max(waiting, 0)),
-		FreeBlocks: uint64(max(free, 0)), QueuedPrefillTokens: uint64(max(prefill, 0))}
+	ld = cluster.Load{Running: saturate[uint32](running), Waiting: saturate[uint32](waiting),
+		FreeBlocks: saturate[uint64](free), QueuedPrefillTokens: saturate[uint64](prefill)}
 	return started, ld
+}
+
+// saturate converts a finite sum to an unsigned count, clamped to [0, the type's maximum]: Go
+// leaves an out-of-range float conversion implementation-defined (on amd64 a huge gauge wraps
+// to a small or zero count, which would make a loaded engine look idle).
+func saturate[T uint32 | uint64](v float64) T {
+	maxT := ^T(0)
+	switch {
+	case v <= 0:
+		return 0
+	case v >= float64(maxT):
+		return maxT
+	}
+	return T(v)
 }
 
 // maxModelsBytes bounds the /v1/models body: a few hundred adapters' entries.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -84,13 +85,26 @@ func TestEngineProbeFollowsEngine(t *testing.T) {
 	wait("restart reported", func() bool { return restarts.Load() == 1 })
 }
 
-// FuzzParseEngineMetrics: any /metrics body parses without panicking, and the load it reports
-// is never negative (uint fields saturate at 0).
+// FuzzParseEngineMetrics: any /metrics body parses without panicking; comments and metrics the
+// parser does not read change nothing; and a gauge past a count's range saturates at its
+// maximum instead of wrapping (a huge running count never reads as an idle engine).
 func FuzzParseEngineMetrics(f *testing.F) {
 	f.Add("vllm:num_requests_running{engine=\"0\"} 3\nprocess_start_time_seconds 1.7e9\n")
 	f.Add("# HELP x\nsglang:num_queue_reqs -5\nprefixmesh_simengine_free_blocks NaN\n")
 	f.Add("vllm:num_requests_waiting{a=\"}\"} +Inf\n")
+	f.Add("sglang:num_running_reqs 1e30\n")
 	f.Fuzz(func(t *testing.T, body string) {
-		_, _ = parseEngineMetrics(strings.NewReader(body))
+		started, ld := parseEngineMetrics(strings.NewReader(body))
+		padded := "# HELP unrelated a metric the agent ignores\n" + body + "\nunrelated_gauge{x=\"y\"} 7\n"
+		if s2, ld2 := parseEngineMetrics(strings.NewReader(padded)); ld2 != ld || (s2 != started && !(math.IsNaN(s2) && math.IsNaN(started))) {
+			t.Fatalf("an ignored comment and metric changed the result: %+v %v, then %+v %v", ld, started, ld2, s2)
+		}
+		if strings.Contains(body, "running") {
+			return
+		}
+		_, huge := parseEngineMetrics(strings.NewReader(body + "\nvllm:num_requests_running 1e30\n"))
+		if huge.Running != math.MaxUint32 {
+			t.Fatalf("a running gauge of 1e30 read as %d, want the saturated %d", huge.Running, uint32(math.MaxUint32))
+		}
 	})
 }

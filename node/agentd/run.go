@@ -77,6 +77,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 		Logger:    logger.With("component", "nodecache"),
 		Registry:  reg,
 		ReadOnly:  cfg.Engine == engineSim || mirrored(cfg.Engine),
+		Owner:     cacheOwner(cfg.Engine),
 	})
 	if err != nil {
 		return fmt.Errorf("node cache service: %w", err)
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 
 	// 4. The HTTP server: /metrics, /healthz, and whatever the engine mounts.
 	var ready atomic.Bool
-	var gossipOK gossipHealth // issue 15: an isolated member is not serving
+	var gossipOK cluster.HealthGate // an isolated member is not serving
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -107,7 +108,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 			http.Error(w, "not serving", http.StatusServiceUnavailable)
 			return
 		}
-		if reason := gossipOK.notServing(); reason != "" {
+		if reason := gossipOK.NotServing(); reason != "" {
 			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
 			return
 		}
@@ -192,12 +193,12 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	applyHealth := func() {
 		verdictMu.Lock()
 		defer verdictMu.Unlock()
-		healthSrv.SetServing(ready.Load() && gossipOK.notServing() == "", pb.NodeCache_ServiceDesc.ServiceName)
+		healthSrv.SetServing(ready.Load() && gossipOK.NotServing() == "", pb.NodeCache_ServiceDesc.ServiceName)
 	}
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	defer stopHealth()
 	engineDone := followHealth(healthCtx, side.healthy, &ready, applyHealth, logger)
-	waitGossip := gossipOK.start(healthCtx, agent, applyHealth, logger.With("component", "gossip"))
+	waitGossip := gossipOK.Follow(healthCtx, agent, func(cluster.Health) { applyHealth() }, logger.With("component", "gossip"))
 	waitAnnounce := ann.start(healthCtx, agent)
 	logger.Info("serving")
 
@@ -218,8 +219,9 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer) error {
 	waitGossip()
 	waitAnnounce()
 	ready.Store(false)
-	if agent != nil { // leave the cluster first: routers stop choosing this node at once
-		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	if agent != nil { // routers stop choosing this node, then it leaves the cluster
+		announceDrain(agent, cfg.drainNotice(), logger)
+		leaveCtx, cancelLeave := context.WithTimeout(context.Background(), cfg.DrainTimeout-cfg.drainNotice())
 		if err := agent.Close(leaveCtx); err != nil {
 			logger.Warn("gossip leave", "err", err)
 		}
@@ -282,6 +284,23 @@ func followHealth(ctx context.Context, healthy func() bool, ready *atomic.Bool, 
 		}
 	}()
 	return done
+}
+
+// announceDrain gossips that this node is draining, so routers leave it out of new decisions
+// (routing's eligibility skips draining nodes) while it keeps serving what they already sent
+// and its summary stays theirs, and waits notice for every router to hear it.
+func announceDrain(agent *cluster.Agent, notice time.Duration, logger *slog.Logger) {
+	if notice <= 0 {
+		return
+	}
+	if err := agent.SetDraining(true); err != nil {
+		logger.Warn("announce draining", "err", err)
+		return
+	}
+	logger.Info("draining: routers send nothing new; leaving gossip after the notice", "drain_notice", notice)
+	t := time.NewTimer(notice)
+	defer t.Stop()
+	<-t.C
 }
 
 // drain stops both servers within timeout: health goes NOT_SERVING (and Watch streams end), then

@@ -1,5 +1,5 @@
 // Package simengine is the node agent's built-in simulated inference engine (`node
-// --engine=sim`, DESIGN.md §8): an OpenAI-compatible HTTP server that computes nothing but keeps a
+// --engine=sim`, docs/engine-integration.md): an OpenAI-compatible HTTP server that computes nothing but keeps a
 // real KV block pool (local/kvpool) driven by the node's local.RadixTree and charges simulated
 // time. A request is tokenised, admitted into the pool (lookup, reuse of the cached prefix,
 // eviction under pressure, allocation of prompt and output blocks), waits FIFO in a bounded queue

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,36 +21,51 @@ import (
 // slot.
 const maxBatchFanout = 16
 
+// maxBatchUpstreamBytes bounds what a split batch sends to engines in all: each prompt's request
+// carries every other field of the body again, so a body of 256 one-character prompts beside an
+// 8 MB unknown field would send 2 GiB. 64 MiB (eight of the largest bodies) still takes a full
+// 256-prompt batch beside 250 KB of shared fields (a large guided-decoding schema); past it the
+// batch is refused with 413 before anything is sent.
+const maxBatchUpstreamBytes = 64 << 20
+
 // A completions batch (a prompt that is an array of strings or of token-id arrays, as every
 // OpenAI client library sends) is split into one request per prompt, each routed on its own to
 // the node holding its prefix, and the answers are merged as vLLM answers a batch: choice i·n+j
 // for choice j of prompt i, usage summed, one [DONE]. Each prompt is its own request line in the
-// log and the metrics.
+// log and the metrics. A prompt's body is a view of the batch's body with the prompt value
+// replaced by that prompt's JSON (newSplicedBody): nothing is copied or re-encoded, so a batch
+// costs the router its body once whatever its number of prompts.
 
 // batchItem is one prompt of a batch, as its own request.
 type batchItem struct {
 	g    *genRequest
-	body *reqBody // not pooled: the handler's reference is never released
+	body *reqBody // spliced from the batch's body; released when the prompt's request ends
 }
 
-func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string, body []byte, g *genRequest, start time.Time) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil { // parseGen accepted it: cannot fail
-		writeError(w, http.StatusInternalServerError, "internal_error", "split batch: "+err.Error())
+// batchUpstreamBytes is what splitting g sends upstream in all: every prompt's JSON once, and
+// the rest of the body once per prompt.
+func batchUpstreamBytes(g *genRequest, bodyLen int) int64 {
+	shared := int64(bodyLen - (g.promptEnd - g.promptStart))
+	total := shared * int64(len(g.batch))
+	for _, it := range g.batch {
+		total += int64(it.End - it.Start)
+	}
+	return total
+}
+
+func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string, rb *reqBody, g *genRequest, start time.Time) {
+	if up := batchUpstreamBytes(g, len(rb.b)); up > maxBatchUpstreamBytes {
+		s.met.rejected.WithLabelValues("too_large").Inc()
+		writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf(
+			"a batch of %d prompts is sent as one request per prompt, each carrying the body's other %d bytes: %d bytes in all exceed %d; send the prompts as separate requests or shrink the other fields",
+			len(g.batch), len(rb.b)-(g.promptEnd-g.promptStart), up, maxBatchUpstreamBytes))
 		return
 	}
-	raw := fields["prompt"]
 	items := make([]batchItem, len(g.batch))
 	for i, it := range g.batch {
-		fields["prompt"] = raw[it.Start:it.End]
-		b, err := json.Marshal(fields)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "internal_error", "split batch: "+err.Error())
-			return
-		}
 		sub := *g
 		sub.batch, sub.text, sub.tokens = nil, it.Text, it.IDs
-		items[i] = batchItem{g: &sub, body: newReqBody(b)}
+		items[i] = batchItem{g: &sub, body: newSplicedBody(rb, g.promptStart, g.promptEnd, g.promptStart+it.Start, g.promptStart+it.End)}
 	}
 	n := 1
 	if g.n > 1 {
@@ -64,6 +80,7 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer items[i].body.release()
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():

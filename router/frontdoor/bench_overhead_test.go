@@ -7,6 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/routing"
+	"github.com/prefixmesh/prefixmesh/routing/sim"
+	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
 
 // Realistic upstream for the overhead benchmark: it reads the body, waits a fixed TTFT, then
@@ -71,37 +74,24 @@ func benchBodies(b *testing.B) (ids, text []byte) {
 
 // BenchmarkOverhead is the front door's added latency and CPU against calling the same realistic
 // upstream directly, in the same run, for an 8k-token token-id prompt and an 8k-token text
-// prompt:
+// prompt tokenised by cl100k_base and, when their files are fetched, by Llama-3.1's and Qwen3's
+// Hugging Face tokenizers:
 //
 //	serial   one client; direct and front-door requests alternate, so load hits both alike;
 //	         reports each one's p50/p99 and the difference (added-p50-µs, added-p99-µs)
-//	paced1k  64 clients sending 1,000 req/s in total (open loop), alternating likewise
-//	c64      64 clients as fast as they go: req/s through the front door, and the process CPU
-//	         per request beyond the direct run's (fd-cpu-µs/req), whose inverse is the routed
-//	         requests per second one core sustains (routed-req/s/core)
+//	paced1k  64 clients sending 1,000 req/s in total (open loop), alternating likewise, in
+//	         overheadRounds rounds: the added p50 and p99 as median, min and max over rounds
+//	c64      rounds of 64 clients as fast as they go, direct then through the front door: the
+//	         process CPU (fd-cpu-*-µs/req), heap allocations (fd-allocs/req-*) and kilobytes
+//	         (fd-KB/req-*) per request beyond the direct round's, as median, min and max over
+//	         rounds; routed-req/s/core is the inverse of the median CPU
+//
+// CPU and allocations say more than latency on a shared machine: a loaded neighbour moves the
+// paced p50 by hundreds of µs but the CPU per request by tens, and the allocation counts not at all.
 func BenchmarkOverhead(b *testing.B) {
 	up := httptest.NewServer(realisticUpstream())
 	defer up.Close()
-	list := &nodeList{}
-	var targets []NodeTarget
-	for i := range 4 {
-		targets = append(targets, target(fmt.Sprintf("n%d", i), up.URL))
-	}
-	list.set(targets)
-	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fd, err := New(DefaultConfig(), Deps{Picker: picker, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	front := httptest.NewServer(fd.Handler())
-	defer front.Close()
+	frontFor := func(tok string) string { return benchFrontDoor(b, up.URL, 4, tok) }
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	post := func(url string, body []byte) time.Duration {
 		start := time.Now()
@@ -117,39 +107,104 @@ func BenchmarkOverhead(b *testing.B) {
 		return time.Since(start)
 	}
 	ids, text := benchBodies(b)
-	for _, kind := range []struct {
-		name string
-		body []byte
-	}{{"ids8k", ids}, {"text8k", text}} {
+	cl100k := frontFor(tokenizer.CL100kBase)
+	kinds := []struct {
+		name  string
+		body  []byte
+		front string
+	}{{"ids8k", ids, cl100k}, {"text8k", text, cl100k}}
+	// The Hugging Face tokenizers the router runs for real models, on the same text, when their
+	// files are fetched (scripts/fetch-tokenizers.sh).
+	for _, m := range []string{"llama3_1", "qwen3"} {
+		dir := filepath.Join(tokenizertest.Root(), m)
+		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+			kinds = append(kinds, struct {
+				name  string
+				body  []byte
+				front string
+			}{"text8k-" + m, text, frontFor(tokenizer.HFPrefix + dir)})
+		}
+	}
+	for _, kind := range kinds {
 		b.Run("serial/"+kind.name, func(b *testing.B) {
 			var direct, via []time.Duration
 			for b.Loop() {
 				direct = append(direct, post(up.URL, kind.body))
-				via = append(via, post(front.URL, kind.body))
+				via = append(via, post(kind.front, kind.body))
 			}
 			reportPair(b, direct, via)
 		})
 		b.Run("paced1k/"+kind.name, func(b *testing.B) {
-			direct, via := paced(b, 1000, 64, func(i int) (time.Duration, bool) {
-				if i%2 == 0 {
-					return post(up.URL, kind.body), false
-				}
-				return post(front.URL, kind.body), true
-			})
-			reportPair(b, direct, via)
+			// overheadRounds rounds, each its own paced run with direct and front-door requests
+			// alternating: the spread of the added p50 over rounds says how much is the machine.
+			var added50, added99 []time.Duration
+			var allDirect, allVia []time.Duration
+			for range overheadRounds {
+				direct, via := paced(b, 1000, 64, func(i int) (time.Duration, bool) {
+					if i%2 == 0 {
+						return post(up.URL, kind.body), false
+					}
+					return post(kind.front, kind.body), true
+				})
+				added50 = append(added50, percentile(via, 50)-percentile(direct, 50))
+				added99 = append(added99, percentile(via, 99)-percentile(direct, 99))
+				allDirect, allVia = append(allDirect, direct...), append(allVia, via...)
+			}
+			reportPair(b, allDirect, allVia)
+			reportSpread(b, "added-p50-µs", added50)
+			reportSpread(b, "added-p99-µs", added99)
 		})
 		b.Run("c64/"+kind.name, func(b *testing.B) {
-			n := max(b.N, 64)
-			cpuDirect, _ := closedLoop(n, 64, func() { post(up.URL, kind.body) })
-			cpuVia, wall := closedLoop(n, 64, func() { post(front.URL, kind.body) })
-			added := (cpuVia - cpuDirect) / time.Duration(n)
-			b.ReportMetric(float64(n)/wall.Seconds(), "fd-req/s")
-			b.ReportMetric(float64(added.Microseconds()), "fd-cpu-µs/req")
-			if added > 0 {
-				b.ReportMetric(float64(time.Second)/float64(added), "routed-req/s/core")
+			// Rounds of 64 clients as fast as they go, direct then through the front door: the
+			// process CPU, allocations and bytes per request beyond the direct round's, per round.
+			n := max(b.N/overheadRounds, 64)
+			var cpu, allocs, kb []time.Duration
+			var reqs, wall float64
+			for range overheadRounds {
+				d := closedLoop(n, 64, func() { post(up.URL, kind.body) })
+				v := closedLoop(n, 64, func() { post(kind.front, kind.body) })
+				cpu = append(cpu, (v.cpu-d.cpu)/time.Duration(n))
+				allocs = append(allocs, time.Duration((int64(v.mallocs)-int64(d.mallocs))/int64(n)))
+				kb = append(kb, time.Duration((int64(v.bytes)-int64(d.bytes))/int64(n)/1000))
+				reqs += float64(n)
+				wall += v.wall.Seconds()
 			}
+			b.ReportMetric(reqs/wall, "fd-req/s")
+			reportSpread(b, "fd-cpu-µs/req", cpu)
+			slices.Sort(cpu)
+			if med := cpu[len(cpu)/2]; med > 0 {
+				b.ReportMetric(float64(time.Second)/float64(med), "routed-req/s/core")
+			}
+			reportCount(b, "fd-allocs/req", allocs)
+			reportCount(b, "fd-KB/req", kb)
+			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// overheadRounds is how many alternating rounds the paced and closed-loop cases run: enough for
+// a median and a range that show how much of a figure is the machine.
+const overheadRounds = 5
+
+// reportSpread reports the median, min and max of durations, in µs.
+func reportSpread(b *testing.B, name string, ds []time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	unit := strings.TrimSuffix(name, "-µs/req")
+	unit = strings.TrimSuffix(unit, "-µs")
+	suffix := strings.TrimPrefix(name, unit)
+	b.ReportMetric(float64(s[len(s)/2].Microseconds()), unit+"-med"+suffix)
+	b.ReportMetric(float64(s[0].Microseconds()), unit+"-min"+suffix)
+	b.ReportMetric(float64(s[len(s)-1].Microseconds()), unit+"-max"+suffix)
+}
+
+// reportCount reports the median, min and max of counts carried in durations' integer values.
+func reportCount(b *testing.B, name string, cs []time.Duration) {
+	s := slices.Clone(cs)
+	slices.Sort(s)
+	b.ReportMetric(float64(s[len(s)/2]), name+"-med")
+	b.ReportMetric(float64(s[0]), name+"-min")
+	b.ReportMetric(float64(s[len(s)-1]), name+"-max")
 }
 
 // reportPair reports both runs' p50/p99 and the front door's additions.
@@ -165,13 +220,11 @@ func reportPair(b *testing.B, direct, via []time.Duration) {
 	b.ReportMetric(0, "ns/op")
 }
 
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
+// percentile is sim.Percentile of unsorted latencies.
+func percentile(d []time.Duration, p float64) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
+	return sim.Percentile(s, p)
 }
 
 // paced sends b.N×2 requests (at least 2,000) at rate req/s in total from at most workers
@@ -207,14 +260,22 @@ func paced(b *testing.B, rate, workers int, f func(i int) (time.Duration, bool))
 	return direct, via
 }
 
-// closedLoop runs f n times from workers goroutines and returns the process CPU time and the wall
-// time it took.
-func closedLoop(n, workers int, f func()) (cpu, wall time.Duration) {
+// loopCost is what a closed-loop run cost the process: CPU time, wall time, heap allocations
+// and bytes allocated.
+type loopCost struct {
+	cpu, wall      time.Duration
+	mallocs, bytes uint64
+}
+
+// closedLoop runs f n times from workers goroutines and returns what it cost the process.
+func closedLoop(n, workers int, f func()) loopCost {
 	next := make(chan struct{}, n)
 	for range n {
 		next <- struct{}{}
 	}
 	close(next)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	c0 := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -228,7 +289,10 @@ func closedLoop(n, workers int, f func()) (cpu, wall time.Duration) {
 		}()
 	}
 	wg.Wait()
-	return processCPU() - c0, time.Since(start)
+	c := loopCost{cpu: processCPU() - c0, wall: time.Since(start)}
+	runtime.ReadMemStats(&m1)
+	c.mallocs, c.bytes = m1.Mallocs-m0.Mallocs, m1.TotalAlloc-m0.TotalAlloc
+	return c
 }
 
 func processCPU() time.Duration {
@@ -291,6 +355,32 @@ func BenchmarkPromptGrowth(b *testing.B) {
 				if _, err := parseGen(body, false, http.Header{}); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkOverheadPath sends the 8k-id prompt serially, either straight to the upstream
+// ("direct") or through the front door ("front"), one path per run, so that a tool counting a
+// whole process's instructions (valgrind --tool=callgrind, immune to a loaded machine) can take
+// the difference of two runs of different lengths as the cost of one request on each path:
+// scripts/bench-frontdoor-instructions.sh does.
+func BenchmarkOverheadPath(b *testing.B) {
+	up := httptest.NewServer(realisticUpstream())
+	defer up.Close()
+	frontURL := benchFrontDoor(b, up.URL, 2, "")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	ids, _ := benchBodies(b)
+	for _, path := range []struct{ name, url string }{{"direct", up.URL}, {"front", frontURL}} {
+		b.Run(path.name+"/ids8k", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := client.Post(path.url+"/v1/completions", "application/json", bytes.NewReader(ids))
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
 			}
 		})
 	}

@@ -11,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/prefixmesh/prefixmesh/local"
-	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // benchPrompt is a ~200-token text prompt, tokenised by the front door on every request.
@@ -34,26 +31,7 @@ func BenchmarkProxy(b *testing.B) {
 		_, _ = io.WriteString(w, okCompletion)
 	}))
 	defer up.Close()
-	list := &nodeList{}
-	var targets []NodeTarget
-	for i := range 4 {
-		targets = append(targets, target(fmt.Sprintf("n%d", i), up.URL))
-	}
-	list.set(targets)
-	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fd, err := New(DefaultConfig(), Deps{Picker: picker, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	front := httptest.NewServer(fd.Handler())
-	defer front.Close()
+	frontURL := benchFrontDoor(b, up.URL, 4, "")
 	textBody := []byte(fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":1}`, simModel, benchPrompt))
 	ids := make([]int, 200)
 	for i := range ids {
@@ -75,7 +53,7 @@ func BenchmarkProxy(b *testing.B) {
 	for _, c := range []struct {
 		name, url string
 		body      []byte
-	}{{"direct", up.URL, textBody}, {"frontdoor-text", front.URL, textBody}, {"frontdoor-ids", front.URL, idsBody}} {
+	}{{"direct", up.URL, textBody}, {"frontdoor-text", frontURL, textBody}, {"frontdoor-ids", frontURL, idsBody}} {
 		b.Run("serial/"+c.name, func(b *testing.B) {
 			start := time.Now()
 			for b.Loop() {
@@ -100,29 +78,7 @@ func BenchmarkProxy(b *testing.B) {
 // policy, in-flight bookkeeping, Done) for an 8k-token prompt over 64 nodes, each holding a
 // different-length prefix of it; "hash-only" is the floor, hashing the same tokens.
 func BenchmarkPick8kTokens64Nodes(b *testing.B) {
-	const nodes, tokens, bs = 64, 8192, 16
-	toks := make([]uint32, tokens)
-	for i := range toks {
-		toks[i] = uint32(i*7919) % 100000
-	}
-	hashes := local.BlockHashes(toks, bs, 0)
-	list := &nodeList{}
-	idx := routing.NewIndex(routing.DefaultIndexConfig())
-	var targets []NodeTarget
-	for i := range nodes {
-		id := fmt.Sprintf("node-%02d", i)
-		targets = append(targets, target(id, "http://"+id))
-		idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
-	}
-	list.set(targets)
-	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p, toks := stairPicker(b, 64, 8192)
 	req := &PickRequest{Tokens: toks, Model: simModel}
 	b.Run("pick", func(b *testing.B) {
 		b.ReportAllocs()
@@ -136,9 +92,9 @@ func BenchmarkPick8kTokens64Nodes(b *testing.B) {
 	})
 	b.Run("hash-only", func(b *testing.B) {
 		b.ReportAllocs()
-		dst := make([]uint64, 0, len(hashes))
+		dst := make([]uint64, 0, len(toks)/16)
 		for b.Loop() {
-			dst = local.AppendBlockHashes(dst[:0], toks, bs, 0)
+			dst = local.AppendBlockHashes(dst[:0], toks, 16, 0)
 		}
 	})
 }

@@ -43,6 +43,10 @@ type reqBody struct {
 	buf   *[]byte // the pooled buffer b is in; nil when b is not pooled
 	class int
 	refs  atomic.Int32
+	// A spliced body (a batch's prompt) reads as b, then rest[0], then rest[1]: views into
+	// parent's bytes, on which it holds a reference until its own last one is dropped.
+	rest   [2][]byte
+	parent *reqBody
 }
 
 // newReqBody holds b (not pooled) with one reference, the caller's.
@@ -52,11 +56,33 @@ func newReqBody(b []byte) *reqBody {
 	return rb
 }
 
-// release drops one reference; the last returns the buffer to its pool.
+// newSplicedBody reads as parent's bytes with parent.b[cut0:cut1] replaced by
+// parent.b[keep0:keep1], without copying: one prompt of a batch is the batch's body with its
+// prompt value replaced by that prompt's JSON. It takes a reference on parent and holds one of
+// its own, the caller's.
+func newSplicedBody(parent *reqBody, cut0, cut1, keep0, keep1 int) *reqBody {
+	parent.refs.Add(1)
+	rb := &reqBody{b: parent.b[:cut0], rest: [2][]byte{parent.b[keep0:keep1], parent.b[cut1:]}, parent: parent}
+	rb.refs.Store(1)
+	return rb
+}
+
+// size is the body's length in bytes.
+func (rb *reqBody) size() int { return len(rb.b) + len(rb.rest[0]) + len(rb.rest[1]) }
+
+// release drops one reference; the last returns the buffer to its pool (or, for a spliced
+// body, its reference on the parent).
 func (rb *reqBody) release() {
-	if rb.refs.Add(-1) == 0 && rb.buf != nil {
+	if rb.refs.Add(-1) != 0 {
+		return
+	}
+	if rb.buf != nil {
 		bodyPools[rb.class].Put(rb.buf)
 		rb.buf, rb.b = nil, nil
+	}
+	if rb.parent != nil {
+		rb.b, rb.rest = nil, [2][]byte{}
+		rb.parent.release()
 	}
 }
 
@@ -73,7 +99,7 @@ func (rb *reqBody) open() io.ReadCloser {
 // connection that closed under it.
 func (rb *reqBody) upstreamRequest(req *http.Request) {
 	req.Body = rb.open()
-	req.ContentLength = int64(len(rb.b))
+	req.ContentLength = int64(rb.size())
 	req.GetBody = func() (io.ReadCloser, error) { return rb.open(), nil }
 }
 
@@ -82,8 +108,9 @@ func (rb *reqBody) upstreamRequest(req *http.Request) {
 // to the pool during a Read, and a Read after Close sees the end. (No WriteTo: it would hold mu
 // across a blocking write, and net/http wraps the body in an io.LimitReader anyway.)
 type bodyReader struct {
-	mu     sync.Mutex // guards r and closed
+	mu     sync.Mutex // guards r, next and closed
 	r      bytes.Reader
+	next   int // the index in rb.rest of the part r reads after its current one
 	rb     *reqBody
 	closed bool
 }
@@ -94,7 +121,17 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 	if r.closed {
 		return 0, io.EOF
 	}
-	return r.r.Read(p)
+	for {
+		n, err := r.r.Read(p)
+		if err != io.EOF || r.next == len(r.rb.rest) {
+			return n, err
+		}
+		r.r.Reset(r.rb.rest[r.next])
+		r.next++
+		if n > 0 {
+			return n, nil
+		}
+	}
 }
 
 func (r *bodyReader) Close() error {

@@ -9,11 +9,11 @@ import (
 	"io"
 	"net/http"
 	"path"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/prefixmesh/prefixmesh/internal/buildinfo"
 	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
@@ -54,14 +54,11 @@ func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// serveVersion is vLLM's /version: {"version": …}, the router's module version.
+// serveVersion is vLLM's /version: {"version": …}, the router binary's version
+// (internal/buildinfo: module version, else the VCS stamp of go build).
 func (s *Server) serveVersion(w http.ResponseWriter, _ *http.Request) {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]string{"version": v})
+	_ = json.NewEncoder(w).Encode(map[string]string{"version": buildinfo.Version()})
 }
 
 // servePassthrough forwards /tokenize or /detokenize to a healthy node serving the body's model
@@ -96,6 +93,12 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.nodes == nil {
 		writeError(w, http.StatusServiceUnavailable, codeNoNodes, "this router has no node list to pass "+r.URL.Path+" to")
+		return
+	}
+	// A model no node serves is a 404, as on the completions endpoints and as vLLM answers it
+	// (OpenAIServing._check_model in vllm/entrypoints/openai/serving_engine.py), not a 503.
+	if err := knownModel(s.picker.Models(), m.Model); err != nil {
+		s.writeErr(w, err, &reqLog{})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), passthroughTimeout)
@@ -139,6 +142,20 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can serve "+r.URL.Path)
+}
+
+// knownModel is resolveModel's not-found rule for a pass-through, which names a model but no
+// adapter field: nil for "" (any node), a served name or "<served name>:<anything>" (the
+// engine judges the adapter), when nothing is served yet, and otherwise the 404.
+func knownModel(models []string, model string) error {
+	if model == "" || len(models) == 0 || slices.Contains(models, model) {
+		return nil
+	}
+	if i := strings.LastIndexByte(model, ':'); i > 0 && slices.Contains(models, model[:i]) {
+		return nil
+	}
+	return &httpError{Status: http.StatusNotFound, Code: codeModelNotFound, Param: "model",
+		Message: fmt.Sprintf("model %q does not exist; served: %s", model, strings.Join(models, ", "))}
 }
 
 // withCORS answers browsers from the configured origins: the CORS headers on every response and

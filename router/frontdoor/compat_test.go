@@ -55,6 +55,17 @@ func TestVLLMEndpoints(t *testing.T) {
 	if resp.StatusCode != 200 || json.Unmarshal(b, &tk) != nil || tk.Count == 0 || len(tk.Tokens) != tk.Count {
 		t.Fatalf("tokenize: %d %s", resp.StatusCode, b)
 	}
+	// A model no node serves: 404 model_not_found, as /v1/completions answers it.
+	for _, path := range []string{"/tokenize", "/detokenize"} {
+		resp, b = postJSON(t, f.srv.URL+path, `{"model":"gpt-9","prompt":"hello","tokens":[1]}`)
+		if json.Unmarshal(b, &e) != nil || resp.StatusCode != 404 || e.Error.Code != codeModelNotFound || e.Error.Param == nil || *e.Error.Param != "model" {
+			t.Fatalf("%s, unknown model: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	resp, b = postJSON(t, f.srv.URL+"/v1/completions", `{"model":"gpt-9","prompt":"hello","max_tokens":1}`)
+	if json.Unmarshal(b, &e) != nil || resp.StatusCode != 404 || e.Error.Code != codeModelNotFound {
+		t.Fatalf("completions, unknown model: %d %s", resp.StatusCode, b)
+	}
 	ids, _ := json.Marshal(tk.Tokens)
 	resp, b = postJSON(t, f.srv.URL+"/detokenize", `{"model":"`+simModel+`","tokens":`+string(ids)+`}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"prompt":"hello world"`) {

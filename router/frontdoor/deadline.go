@@ -21,7 +21,7 @@ var defaultPrefillRate = routing.DefaultPolicyConfig().DefaultPrefillTokensPerSe
 
 // ExpectedTTFT is how long node n should take to its first token for a request with prefill
 // uncached prompt tokens: its queued prefill (the larger of its aged report and this router's own
-// in-flight prefill there) plus the request's, at its prefill rate (DESIGN.md §6's cost without
+// in-flight prefill there) plus the request's, at its prefill rate (the prefixmesh policy's cost, routing/POLICIES.md, without
 // the miss penalty). PolicyPicker sets Pick.ExpectedTTFT with it.
 func ExpectedTTFT(n *routing.NodeInfo, prefill int) time.Duration {
 	rate := n.PrefillTokensPerSec

@@ -1,4 +1,4 @@
-// Package frontdoor is the router's OpenAI-compatible HTTP front door (DESIGN.md §6, §8). For each
+// Package frontdoor is the router's OpenAI-compatible HTTP front door (docs/architecture.md). For each
 // POST /v1/completions or /v1/chat/completions it reads the body once (capped, within
 // Config.BodyTimeout), parses it with internal/openai (the engine's parser), tokenises the
 // prompt exactly as the engine will (text with the configured tokenizer, token-id arrays as they

@@ -58,6 +58,8 @@ type Health struct {
 	client *http.Client
 	now    func() time.Time
 	onEj   func(nodeID string) // ejection hook (metrics), may be nil
+	// onSweep is told the nodes present at each sweep (metrics drop the others), may be nil
+	onSweep func(present map[string]bool)
 
 	mu    sync.Mutex // guards nodes
 	nodes map[string]*nodeHealth
@@ -95,6 +97,40 @@ func NewHealth(cfg HealthConfig, src NodeSource, client *http.Client, now func()
 
 // OnEject sets a hook called (outside the lock) each time a node is ejected. Call before use.
 func (h *Health) OnEject(f func(nodeID string)) { h.onEj = f }
+
+// OnSweep sets a hook called after each Sweep with the ids of the nodes in the view, so that
+// per-node state elsewhere (metric series) is dropped with the node. Call before use.
+func (h *Health) OnSweep(f func(present map[string]bool)) { h.onSweep = f }
+
+// Sweep forgets the nodes that have left the view (their failure streaks and ejections), so the
+// table holds only present nodes however many ids churn through, and tells the OnSweep hook.
+// The probe loop calls it every ProbeInterval; tests call it directly.
+func (h *Health) Sweep() {
+	if h.src == nil {
+		return
+	}
+	present := make(map[string]bool)
+	for _, n := range h.src.Nodes() {
+		present[n.Info.ID] = true
+	}
+	h.mu.Lock()
+	for id := range h.nodes {
+		if !present[id] {
+			delete(h.nodes, id)
+		}
+	}
+	h.mu.Unlock()
+	if h.onSweep != nil {
+		h.onSweep(present)
+	}
+}
+
+// tracked is how many nodes the table holds.
+func (h *Health) tracked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.nodes)
+}
 
 // ReportFailure records a failed attempt; the EjectAfter-th consecutive one ejects the node.
 func (h *Health) ReportFailure(nodeID string) {
@@ -183,6 +219,7 @@ func (h *Health) Start(ctx context.Context) {
 				return
 			case <-t.C:
 				h.ProbeOnce(ctx)
+				h.Sweep()
 			}
 		}
 	}()

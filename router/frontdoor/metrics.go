@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // metrics are the front door's Prometheus series.
@@ -74,3 +75,36 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // ObserveEjection counts an ejection; pass it to Health.OnEject.
 func (s *Server) ObserveEjection(nodeID string) { s.met.ejections.WithLabelValues(nodeID).Inc() }
+
+// ForgetDeparted deletes the per-node series of every node not in present, so the series stay
+// bounded by the fleet however many node ids churn through; pass it to Health.OnSweep.
+func (s *Server) ForgetDeparted(present map[string]bool) {
+	for _, vec := range []*prometheus.CounterVec{s.met.decisions, s.met.firstByteTimeouts, s.met.brokenStreams, s.met.ejections} {
+		for _, id := range nodeLabels(vec) {
+			if !present[id] {
+				vec.DeletePartialMatch(prometheus.Labels{"node": id})
+			}
+		}
+	}
+}
+
+// nodeLabels lists the distinct "node" label values of vec's series.
+func nodeLabels(vec *prometheus.CounterVec) []string {
+	ch := make(chan prometheus.Metric)
+	go func() { vec.Collect(ch); close(ch) }()
+	seen := map[string]bool{}
+	var ids []string
+	for m := range ch {
+		var pm dto.Metric
+		if m.Write(&pm) != nil {
+			continue
+		}
+		for _, l := range pm.GetLabel() {
+			if l.GetName() == "node" && !seen[l.GetValue()] {
+				seen[l.GetValue()] = true
+				ids = append(ids, l.GetValue())
+			}
+		}
+	}
+	return ids
+}

@@ -2,12 +2,15 @@ package frontdoor
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/testenv"
 )
 
 // npmDir is where scripts/test.sh installs the pinned `openai` npm package (PREFIXMESH_NPM_DIR
@@ -32,10 +35,7 @@ func TestOpenAINodeClient(t *testing.T) {
 	dir := filepath.Join(npmDir(t), "node_modules")
 	_, statErr := os.Stat(filepath.Join(dir, "openai", "package.json"))
 	if err != nil || statErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs node and the openai npm package in %s (scripts/test.sh installs them): %v %v", dir, err, statErr)
-		}
-		t.Skipf("node or the openai npm package is missing (run scripts/test.sh to install it): %v %v", err, statErr)
+		testenv.Missing(t, "node or the openai npm package in "+dir, errors.Join(err, statErr), "scripts/test.sh installs both")
 	}
 	eng := fastEngineConfig()
 	eng.DecodeTokensPerSec = 2000 // the aborted stream of 1,000 tokens would take 0.5 s

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/prefixmesh/prefixmesh/local"
-	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // BenchmarkPickDecision is the whole routing decision of the front door (candidates, hashing,
@@ -30,23 +29,7 @@ func BenchmarkPickDecision(b *testing.B) {
 			}
 		})
 		for _, withOverlay := range []bool{false, true} {
-			list := &nodeList{}
-			idx := routing.NewIndex(routing.DefaultIndexConfig())
-			var targets []NodeTarget
-			for i := range nodes {
-				id := fmt.Sprintf("node-%02d", i)
-				targets = append(targets, target(id, "http://"+id))
-				idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
-			}
-			list.set(targets)
-			pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
-			if err != nil {
-				b.Fatal(err)
-			}
-			p, err := NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			p, _ := stairPicker(b, nodes, tokens)
 			name := "empty-overlay"
 			if withOverlay {
 				name = "overlay"

@@ -78,7 +78,7 @@ func TestPolicyPicker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Done(Outcome{})
-	// issue 11: all 80 tokens are cached, and the engine recomputes the last block: 64.
+	// vLLM's cached_tokens rule: all 80 tokens are cached, and the engine recomputes the last block: 64.
 	if b.NodeID != a.NodeID || b.EstimatedMatchedTokens != 64 {
 		t.Fatalf("burst split: %s then %s (estimate %d)", a.NodeID, b.NodeID, b.EstimatedMatchedTokens)
 	}

@@ -114,7 +114,7 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		lg.model, lg.stream = g.model, g.stream
 		if g.batch != nil {
 			lg.endpoint = "" // each prompt logs its own line
-			s.serveBatch(w, r, path, body, g, start)
+			s.serveBatch(w, r, path, rb, g, start)
 			return
 		}
 		s.route(w, r, path, rb, g, start, &lg)

@@ -43,7 +43,10 @@ type genRequest struct {
 	// each item's span in the body), which the front door splits into one routed request per
 	// prompt; nil otherwise.
 	batch []openai.PromptItem
-	n     int // the request's n (choices per prompt), 0 when not given
+	// promptStart and promptEnd delimit the prompt's value in raw (completions), which the
+	// batch's items' spans are relative to.
+	promptStart, promptEnd int
+	n                      int // the request's n (choices per prompt), 0 when not given
 
 	adapterField *uint64  // the body's adapter_id, if any
 	raw          []byte   // the whole body: chat templates read every field (tokenize.go)
@@ -67,6 +70,7 @@ func parseGen(body []byte, chat bool, header http.Header) (*genRequest, error) {
 			return nil, err
 		}
 		gp = &c.GenParams
+		g.promptStart, g.promptEnd = c.Prompt.Start, c.Prompt.End
 		switch items := c.Prompt.Items; {
 		case len(items) > 1:
 			g.batch = items

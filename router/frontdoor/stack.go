@@ -79,6 +79,7 @@ func NewStack(cfg StackConfig, nodes NodeSource, idx *routing.Index, reg *promet
 		return nil, err
 	}
 	h.OnEject(s.ObserveEjection)
+	h.OnSweep(s.ForgetDeparted)
 	return &Stack{Server: s, Picker: p, Health: h}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -21,9 +22,18 @@ import (
 
 // ServeConfig is `prefixmesh-router serve`'s configuration; every field maps 1:1 to a flag.
 type ServeConfig struct {
-	// GRPCListen serves Router, Pins, grpc.health.v1 and reflection. Default 0.0.0.0:7080:
-	// clients are on other hosts, and 7080 sits beside the node agent's 7070.
+	// GRPCListen serves Router, Pins (whose writes change every router's placement),
+	// grpc.health.v1 and reflection. Default 127.0.0.1:7080 (7080 sits beside the node agent's
+	// 7070): without --tls-cert a non-loopback address is refused unless InsecureGRPC is set,
+	// as gossip is refused without a key.
 	GRPCListen string
+	// InsecureGRPC allows plaintext gRPC on a non-loopback address (never in production): the
+	// router then warns at start and on /healthz, and sets prefixmesh_router_grpc_plaintext.
+	InsecureGRPC bool
+	// MetricsListen, when set, serves /metrics on its own listener (and not on HTTPListen), so
+	// that a NetworkPolicy can open the OpenAI port to clients and the metrics port only to
+	// Prometheus. Default "": /metrics beside the front door.
+	MetricsListen string
 	// GRPCAdvertise is the gRPC address put in gossip metadata; default: the bound address.
 	GRPCAdvertise string
 	// HTTPListen serves the OpenAI-compatible front door, /metrics and /healthz. Default
@@ -35,11 +45,18 @@ type ServeConfig struct {
 	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
 	// Policy is the routing policy of both the front door and Route: prefixmesh, the expected
-	// time to first token under a bounded-load guard (DESIGN.md §6).
+	// time to first token under a bounded-load guard (routing/POLICIES.md).
 	Policy string
 	// LoadFactor is the bounded-load guard's c: 1.25, routing.DefaultPolicyConfig's (Mirrokni
 	// et al. 2016).
 	LoadFactor float64
+	// MissPenalty and MinLoadBound are prefixmesh's other policy knobs, the same names as in
+	// `prefixmesh-router sim` and the Helm chart so that a setting tuned in the simulator can be
+	// deployed: the extra weight of uncached prefill tokens in its cost (10) and the floor of
+	// the bounded-load guard's per-node capacity in requests (8). routing.PolicyConfig says why
+	// each default.
+	MissPenalty  float64
+	MinLoadBound int
 	// Tokenizer tokenises text prompts: cl100k_base (the simulated engine's), bytes, engine
 	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
@@ -86,7 +103,9 @@ type ServeConfig struct {
 	// RaftAdvertise is the Raft address other routers dial; default: the listen address (an
 	// unspecified host is replaced by the gossip advertise host or the first private address).
 	RaftAdvertise string
-	// RaftDir holds the Raft log and snapshots: ./data/raft (Helm: the StatefulSet's volume).
+	// RaftDir holds the Raft log and snapshots: $XDG_STATE_HOME/prefixmesh/<node id>/raft
+	// (~/.local/state when unset), outside any checkout the router is started from (Helm: the
+	// StatefulSet's volume).
 	RaftDir string
 	// RaftBootstrapExpect is how many voter routers form a new pin cluster: 1 (default)
 	// bootstraps a one-voter cluster at once; N > 1 waits until gossip shows N voter routers,
@@ -121,11 +140,13 @@ func DefaultServeConfig() ServeConfig {
 		host = "prefixmesh-router"
 	}
 	return ServeConfig{
-		GRPCListen:          "0.0.0.0:7080",
+		GRPCListen:          "127.0.0.1:7080",
 		HTTPListen:          "0.0.0.0:8081",
 		NodeID:              host,
 		Policy:              routing.PolicyPrefixMesh,
 		LoadFactor:          routing.DefaultPolicyConfig().LoadFactor,
+		MissPenalty:         routing.DefaultPolicyConfig().MissPenalty,
+		MinLoadBound:        routing.DefaultPolicyConfig().MinLoadBound,
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         frontdoor.DefaultConfig().MaxInFlight,
 		BodyTimeout:         frontdoor.DefaultConfig().BodyTimeout,
@@ -134,7 +155,7 @@ func DefaultServeConfig() ServeConfig {
 		StreamIdleTimeout:   frontdoor.DefaultConfig().StreamIdleTimeout,
 		IndexMaxBytes:       256 << 20,
 		RaftListen:          "127.0.0.1:7000",
-		RaftDir:             "./data/raft",
+		RaftDir:             defaultRaftDir(host),
 		RaftBootstrapExpect: 1,
 		RaftVoter:           true,
 		LogLevel:            "info",
@@ -146,6 +167,39 @@ func DefaultServeConfig() ServeConfig {
 
 var errServeConfig = errors.New("invalid configuration")
 
+// defaultRaftDir is the Raft directory of a router named nodeID: under the user's state
+// directory (XDG Base Directory: $XDG_STATE_HOME, else ~/.local/state), one per node id so two
+// routers on one host never share a log.
+func defaultRaftDir(nodeID string) string {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			base = filepath.Join(home, ".local", "state")
+		} else {
+			base = os.TempDir()
+		}
+	}
+	return filepath.Join(base, "prefixmesh", nodeID, "raft")
+}
+
+// plaintextGRPC reports whether gRPC serves without TLS on an address other hosts can reach.
+func (c ServeConfig) plaintextGRPC() bool {
+	return c.TLSCert == "" && !isLoopbackListen(c.GRPCListen)
+}
+
+// isLoopbackListen reports whether a host:port listen address binds only loopback.
+func isLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // raftEnabled reports whether this router runs a pin-store member.
 func (c ServeConfig) raftEnabled() bool { return c.RaftListen != "" && c.RaftVoter }
 
@@ -153,6 +207,8 @@ func (c ServeConfig) raftEnabled() bool { return c.RaftListen != "" && c.RaftVot
 func (c ServeConfig) policyConfig() routing.PolicyConfig {
 	pc := routing.DefaultPolicyConfig()
 	pc.LoadFactor = c.LoadFactor
+	pc.MissPenalty = c.MissPenalty
+	pc.MinLoadBound = c.MinLoadBound
 	return pc
 }
 
@@ -170,12 +226,25 @@ func (c ServeConfig) Validate() error {
 	if err := c.validateExtProc(); err != nil {
 		return err
 	}
+	if c.MetricsListen != "" && !strings.Contains(c.MetricsListen, ":") {
+		return bad("--metrics-listen %q: want host:port", c.MetricsListen)
+	}
+	if c.plaintextGRPC() && !c.InsecureGRPC {
+		return bad("--grpc-listen %s without --tls-cert would serve pin writes and Raft proposals in plaintext to the network: set --tls-cert/--tls-key, listen on loopback, or pass --insecure-grpc", c.GRPCListen)
+	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
 	}
 	if _, err := routing.NewPolicy(c.Policy, c.policyConfig()); err != nil {
 		if !slices.Contains(routing.PolicyNames(), c.Policy) {
 			return bad("--policy %q: one of %s", c.Policy, strings.Join(routing.PolicyNames(), ", "))
+		}
+		pc := c.policyConfig()
+		switch {
+		case !(pc.MissPenalty >= 0):
+			return bad("--miss-penalty %v: must be >= 0", c.MissPenalty)
+		case pc.MinLoadBound < 0:
+			return bad("--min-load-bound %d: must be >= 0", c.MinLoadBound)
 		}
 		return bad("--load-factor %v: %v", c.LoadFactor, err)
 	}
@@ -289,10 +358,14 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen `host:port` (port 0 picks a free port)")
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address; a wildcard host is replaced by the gossip advertise host or the first private address)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
+	fs.BoolVar(&cfg.InsecureGRPC, "insecure-grpc", cfg.InsecureGRPC, "allow plaintext gRPC on a non-loopback --grpc-listen without --tls-cert (never in production)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "serve /metrics on this `host:port` instead of --http-listen")
 	addExtProcFlags(fs, cfg)
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
+	fs.Float64Var(&cfg.MissPenalty, "miss-penalty", cfg.MissPenalty, "extra `weight` of uncached prefill tokens in prefixmesh's cost (as in sim)")
+	fs.IntVar(&cfg.MinLoadBound, "min-load-bound", cfg.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in `requests` (as in sim; 0: the pure guard)")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `spec`: cl100k_base, bytes, hf:DIR (a model's tokenizer.json and chat template, exact in Go), render:URL (a vLLM render server), engine (front door only) or none")
 	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "front door: `requests` proxied at once before answering 429")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "front door: longest wait for a request body once admitted (408 beyond)")

@@ -19,7 +19,7 @@ import (
 
 // TestServeIsolatedGossipNotServing: a router whose seed answers nobody says so on /healthz
 // (503 with the reason, even while it waits for pin store peers) and stays NOT_SERVING after its
-// sync timeout (issue 15).
+// sync timeout.
 func TestServeIsolatedGossipNotServing(t *testing.T) {
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -74,7 +74,7 @@ func TestServeIsolatedGossipNotServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	// Past the sync timeout the router would have served before issue 15; it must not while isolated.
+	// Past the sync timeout a router that ignored gossip health would serve; it must not while isolated.
 	for end := time.Now().Add(time.Second); time.Now().Before(end); {
 		h, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 		if err != nil {

@@ -25,7 +25,7 @@ func TestHelmFlags(t *testing.T) {
 	cert, key, ca, gossipKey := file("tls.crt"), file("tls.key"), file("ca.crt"), file("gossip.key")
 	common := []string{"--log-level=info", "--drain-timeout=25s", "--gossip-listen=:7946",
 		"--join=prefixmesh-gossip.default.svc.cluster.local:7946"}
-	router := []string{"--grpc-listen=:7080", "--http-listen=:8081", "--policy=prefixmesh", "--load-factor=1.25",
+	router := []string{"--grpc-listen=:7080", "--insecure-grpc", "--http-listen=:8081", "--policy=prefixmesh", "--load-factor=1.25", "--miss-penalty=10", "--min-load-bound=8",
 		"--tokenizer=cl100k_base", "--raft-listen=:7000", "--raft-dir=" + filepath.Join(dir, "raft"), "--raft-bootstrap-expect=3"}
 	args := []string{"--node-id=prefixmesh-router-0",
 		"--raft-advertise=prefixmesh-router-0.prefixmesh-router-peers.default.svc.cluster.local:7000"}
@@ -107,7 +107,7 @@ func TestServeFlagsMapToConfig(t *testing.T) {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
 	}
 	if d := DefaultServeConfig(); d.Policy != "prefixmesh" || d.LoadFactor != 1.25 || d.Tokenizer != "cl100k_base" ||
-		d.RaftListen != "127.0.0.1:7000" || d.RaftDir != "./data/raft" || d.RaftBootstrapExpect != 1 || !d.RaftVoter {
+		d.RaftListen != "127.0.0.1:7000" || d.RaftDir != defaultRaftDir(d.NodeID) || d.RaftBootstrapExpect != 1 || !d.RaftVoter {
 		t.Fatalf("defaults: %+v", d)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
 
-// TestPinsEndToEnd is issue 5's acceptance test: one router (a single Raft voter) and four
+// TestPinsEndToEnd is the pin table's acceptance test: one router (a single Raft voter) and four
 // simulated nodes. Adapter 7 pinned to two nodes through the Pins API only ever lands on them,
 // over HTTP (model "prefixmesh-sim:7" or adapter_id 7) and gRPC Route; a prefix pinned on a node
 // survives eviction under pressure, and once unpinned it can be evicted.

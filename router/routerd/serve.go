@@ -66,7 +66,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// Run is the router's life (STYLE.md §4): build in dependency order, health NOT_SERVING until
+// Run is the router's life: build in dependency order, health NOT_SERVING until
 // the mirror has synced every node it knows, serve, and on ctx's end drain in reverse within
 // DrainTimeout: NOT_SERVING, the front door finishes its streams, the pin plane stops
 // reconciling, the router leaves gossip, the Raft leader hands over, the servers stop.
@@ -100,6 +100,22 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	undo = append(undo, func() { _ = httpLis.Close() })
+	var metricsLis net.Listener
+	if cfg.MetricsListen != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			return fmt.Errorf("metrics listen: %w", err)
+		}
+		undo = append(undo, func() { _ = metricsLis.Close() })
+	}
+	var plaintext string
+	if cfg.plaintextGRPC() {
+		plaintext = "gRPC (pin writes, Raft proposals) serves without TLS on " + grpcLis.Addr().String()
+		logger.Warn("plaintext gRPC on a non-loopback address (--insecure-grpc): anyone who reaches it can change pins", "grpc", grpcLis.Addr().String())
+		plaintextGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "prefixmesh_router_grpc_plaintext",
+			Help: "1 when gRPC serves without TLS on a non-loopback address (--insecure-grpc)."})
+		plaintextGauge.Set(1)
+		reg.MustRegister(plaintextGauge)
+	}
 	grpcAddr := cfg.GRPCAdvertise
 	if grpcAddr == "" {
 		// Peers dial this address: a wildcard bind (":7070", as in Kubernetes) is announced with
@@ -167,7 +183,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conns, err := connstats.New(reg) // issue 15: garbage connections counted, not logged
+	conns, err := connstats.New(reg) // garbage connections counted, not logged
 	if err != nil {
 		return err
 	}
@@ -192,12 +208,16 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 	var ready atomic.Bool
-	var gossipOK gossipHealth
+	state := &servingState{h: healthSrv, ready: &ready, agent: agent, logger: logger}
 	if epp != nil {
 		undo = append(undo, func() { epp.srv.Stop(); _ = epp.lis.Close() })
-		gossipOK.onServing = epp.epp.SetReady
+		state.onServing = epp.epp.SetReady
 	}
-	httpSrv := httpServer(ctx, fd, reg, &ready, gossipOK.notServing, logger)
+	httpSrv := httpServer(ctx, fd, reg, metricsLis == nil, &ready, state.gate.NotServing, plaintext, logger)
+	var metricsSrv *http.Server
+	if metricsLis != nil {
+		metricsSrv = metricsServer(reg)
+	}
 
 	// 6. Join, start the pin store once its bootstrap peers are known, serve.
 	if err := agent.Start(ctx); err != nil {
@@ -208,23 +228,31 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	undo = append(undo, sharer.Close)
 	fd.start(ctx)
 	undo = append(undo, func() { _ = fd.Shutdown(context.Background()) })
-	served := make(chan error, 2)
+	served := make(chan error, 4) // http, metrics, grpc, ext-proc
 	go func() { served <- serveErr("http", serveHTTP(httpSrv, httpLis)) }()
 	undo = append(undo, func() { _ = httpSrv.Close(); <-served })
-	// Issue 15: health follows gossip from here on (a router stuck waiting for pin store peers
+	pending := 2 // servers whose exit the drain waits for
+	if metricsSrv != nil {
+		go func() { served <- serveErr("metrics", metricsSrv.Serve(metricsLis)) }()
+		undo = append(undo, func() { _ = metricsSrv.Close(); <-served })
+		pending++
+	}
+	// Health follows gossip from here on (a router stuck waiting for pin store peers
 	// says why on /healthz); SERVING once synced (step 7), and only while gossip is not isolated.
 	waitCtx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
-	syncedCh := make(chan struct{})
 	var waiters sync.WaitGroup
-	waiters.Go(func() { gossipOK.follow(waitCtx, agent, syncedCh, healthSrv, &ready, logger) })
-	undo = append(undo, func() { stopWait(); waiters.Wait() })
+	waitGossip := state.follow(waitCtx)
+	undo = append(undo, func() { stopWait(); waitGossip(); waiters.Wait() })
 	raftAddr := plane.raftAddr
 	if raftAddr == "" {
 		raftAddr = "-"
 	}
 	// Listening: gRPC calls that arrive before Serve (below) wait in the listen backlog.
 	addrs := []string{"grpc=" + grpcLis.Addr().String(), "http=" + httpLis.Addr().String(), "gossip=" + agent.GossipAddr(), "raft=" + raftAddr}
+	if metricsLis != nil {
+		addrs = append(addrs, "metrics="+metricsLis.Addr().String())
+	}
 	if epp != nil {
 		addrs = append(addrs, "extproc="+epp.addr())
 	}
@@ -244,7 +272,6 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	plane.register(grpcSrv, tokenize)
 	plane.start(ctx, agent)
 	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
-	pending := 2
 	if epp != nil {
 		epp.serve(served)
 		pending++
@@ -256,7 +283,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	waiters.Go(func() {
 		awaitSync(waitCtx, cfg, agent, logger)
 		if waitCtx.Err() == nil {
-			close(syncedCh)
+			state.markSynced()
 		}
 	})
 
@@ -271,6 +298,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 
 	// 8. Drain in reverse, all within DrainTimeout.
 	stopWait()
+	waitGossip()
 	waiters.Wait()
 	ready.Store(false)
 	healthSrv.Shutdown() // NOT_SERVING, and health Watch streams end
@@ -290,7 +318,11 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err := plane.shutdown(drainCtx); err != nil { // the leader hands over first
 		logger.Warn("pin store shutdown", "err", err)
 	}
-	shutdown.Servers(drainCtx, logger, grpcSrv, httpSrv)
+	httpSrvs := []*http.Server{httpSrv}
+	if metricsSrv != nil {
+		httpSrvs = append(httpSrvs, metricsSrv)
+	}
+	shutdown.Servers(drainCtx, logger, grpcSrv, httpSrvs...)
 	for ; pending > 0; pending-- {
 		if err := <-served; err != nil && runErr == nil {
 			runErr = err

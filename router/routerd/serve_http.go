@@ -63,25 +63,37 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *rou
 // start runs the probes and the overlay expiry until shutdown.
 func (f *frontDoor) start(ctx context.Context) { f.Start(ctx) }
 
-// httpServer serves the router's HTTP listener: /metrics and /healthz (SERVING once the mirror
-// has synced, 503 while draining) are the router's, every other path is the front door's.
-// notServing (issue 15) names a reason to report 503 even when ready, such as isolated gossip.
-func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, ready *atomic.Bool, notServing func() string, logger *slog.Logger) *http.Server {
+// httpServer serves the router's HTTP listener: /healthz and vLLM's /health (SERVING once the
+// mirror has synced, 503 while draining or while notServing names a reason, such as isolated
+// gossip) and, unless --metrics-listen moves it, /metrics are the router's; every other path is
+// the front door's. warning, when set, is appended to a healthy answer (plaintext gRPC).
+func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, withMetrics bool, ready *atomic.Bool, notServing func() string, warning string, logger *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if reason := notServing(); reason != "" {
-			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
-			return
+	if withMetrics {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	} else { // moved to --metrics-listen: not served beside the front door either
+		mux.HandleFunc("GET /metrics", http.NotFound)
+	}
+	health := func(okBody string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			if reason := notServing(); reason != "" {
+				http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
+				return
+			}
+			if !ready.Load() {
+				http.Error(w, "not serving: mirror not synced, or draining", http.StatusServiceUnavailable)
+				return
+			}
+			if warning != "" && okBody != "" {
+				okBody += "warning: " + warning + "\n"
+			}
+			_, _ = io.WriteString(w, okBody)
 		}
-		if !ready.Load() {
-			http.Error(w, "not serving: mirror not synced, or draining", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
+	}
+	mux.HandleFunc("GET /healthz", health("ok\n"))
+	mux.HandleFunc("GET /health", health("")) // vLLM's: 200 with an empty body when healthy
 	mux.Handle("/", fd.Server.Handler())
-	// Issue 15: failed TLS handshakes and bad requests are counted and logged a few per interval.
+	// Failed TLS handshakes and bad requests are counted and logged a few per interval.
 	errLog, err := ratelog.ErrorLog(logger, reg)
 	if err != nil { // only a second registration on reg, which Run never does
 		logger.Error("http error log metrics", "err", err)
@@ -96,4 +108,12 @@ func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, re
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ErrorLog:    errLog,
 	}
+}
+
+// metricsServer serves /metrics alone, for --metrics-listen (plaintext: Prometheus scrapes
+// inside the cluster; a NetworkPolicy limits who reaches it).
+func metricsServer(reg *prometheus.Registry) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
 }

@@ -34,7 +34,7 @@ const reconcileEvery = time.Second
 // bootstrapPoll is how often a router waiting for --raft-bootstrap-expect voters looks at gossip.
 const bootstrapPoll = 100 * time.Millisecond
 
-// pinPlane is the router's share of the pin table (DESIGN.md §7): a Raft voter (the store, its
+// pinPlane is the router's share of the pin table (cluster/pins/DESIGN.md): a Raft voter (the store, its
 // Pins gRPC service and the reconcile loop), or, without Raft, a mirror of a voter router's
 // table. Routing reads it through table, locally, so losing quorum never stops routing.
 type pinPlane struct {

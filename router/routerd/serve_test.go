@@ -117,6 +117,7 @@ func TestServeRoutesToTheNodeThatHoldsThePrefix(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/healthz": "ok",
+		"/health":  "",
 		"/metrics": "prefixmesh_index_pairs 2", // the two full blocks of node-7
 	} {
 		resp, err := http.Get("http://" + addrs["http"] + path)

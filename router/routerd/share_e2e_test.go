@@ -94,7 +94,7 @@ func rendezvousOrder(key uint64, nodes []string) []string {
 	return out
 }
 
-// Three routers over real memberlist route as one (DESIGN.md §10):
+// Three routers over real memberlist route as one (routing/POLICIES.md, "Many routers"):
 //   - a decision made on one router is in the others' overlays: a prefix Route sent to a
 //     session's node (not where the prefix's own hash would put it, and never sent to the node,
 //     so no summary can tell) is expected there by the other routers;

@@ -1,16 +1,16 @@
-// Package share makes router replicas route as one (DESIGN.md §10). A Sharer sits beside a
-// router's routing.Decider: every decision the decider commits (gRPC Route or the HTTP front
-// door) goes to the other routers as the part of the prompt's block-hash chain beyond what the
-// chosen node's summary already reports (a few bytes for a cached prefix, up to
-// routing.MaxShareChunks packets for a new one), and every ShareInterval, when its counts
-// changed (and at least every Heartbeat), the router's in-flight load per node goes out as an
-// absolute report. Received decisions enter the decider's overlay with its TTL and received
-// loads its per-peer in-flight table, so every router's overlay and load view include the
-// others' work; what a node caches still comes only from the node. Packets are best-effort
-// memberlist messages (cluster.Agent's SendShare), encoded on the request path into pooled
-// buffers and sent by one goroutine from a bounded queue; receipt copies, enqueues on a bounded
-// queue and returns. Both queues drop and count when full: a lost decision costs what the
-// node's summary will say a moment later, a lost load report one interval of staleness.
+// Package share makes router replicas route as one (routing/POLICIES.md, "Many routers"). A Sharer
+// sits beside a router's routing.Decider: every decision the decider commits (gRPC Route or the
+// HTTP front door) goes to the other routers as the part of the prompt's block-hash chain beyond
+// what the chosen node's summary already reports (a few bytes for a cached prefix, up to
+// routing.MaxShareChunks packets for a new one), and every ShareInterval, when its counts changed
+// (and at least every Heartbeat), the router's in-flight load per node goes out as an absolute
+// report. Received decisions enter the decider's overlay with its TTL and received loads its
+// per-peer in-flight table, so every router's overlay and load view include the others' work; what
+// a node caches still comes only from the node. Packets are best-effort memberlist messages
+// (cluster.Agent's SendShare), encoded on the request path into pooled buffers and sent by one
+// goroutine from a bounded queue; receipt copies, enqueues on a bounded queue and returns. Both
+// queues drop and count when full: a lost decision costs what the node's summary will say a moment
+// later, a lost load report one interval of staleness.
 package share
 
 import (

@@ -1,4 +1,4 @@
-// Package sim is the trace-driven simulator behind `router sim` (DESIGN.md §9): it replays a
+// Package sim is the trace-driven simulator behind `router sim` (routing/POLICIES.md, "Measured"): it replays a
 // request trace (Mooncake JSONL with prefix-chained 512-token block ids expanded to deterministic
 // tokens, or Azure CSV with an optional seeded structure of shared system prompts and multi-turn
 // conversations) through one routing policy on a fleet of simulated nodes, on a virtual clock

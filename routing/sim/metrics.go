@@ -20,7 +20,7 @@ type Result struct {
 	EstimateExactShare float64 `json:"estimate_exact_share"` // estimate for the chosen node == actual match
 	EstimateMAETokens  float64 `json:"estimate_mae_tokens"`  // mean |estimate − actual|
 
-	// Many routers (DESIGN.md §10): how many, whether they shared, and what the wire cost.
+	// Many routers (routing/POLICIES.md, "Many routers"): how many, whether they shared, and what the wire cost.
 	Routers                      int     `json:"routers"`
 	Sharing                      bool    `json:"sharing"`
 	ShareBytesPerRouterPerSec    float64 `json:"share_bytes_per_router_per_s"`     // router → routers
@@ -42,8 +42,10 @@ type Reference struct {
 }
 
 // Percentile returns the nearest-rank p-th percentile (0 < p ≤ 100) of sorted ascending data:
-// the smallest value with at least p% of the data at or below it. Empty data gives 0.
-func Percentile(sorted []float64, p float64) float64 {
+// the smallest value with at least p% of the data at or below it. Empty data gives 0. It is
+// the one percentile of the repository: the simulator's seconds and the load generator's
+// durations.
+func Percentile[T ~float64 | ~int64](sorted []T, p float64) T {
 	if len(sorted) == 0 {
 		return 0
 	}

@@ -53,7 +53,7 @@ type Config struct {
 	// load reports reach each router independently (each with the delay and loss above).
 	Routers int
 	// Sharing makes routers tell each other their decisions and in-flight load (routing.Decider
-	// peers, DESIGN.md §10) with ShareDelay and ShareLoss; off, each router sees only its own.
+	// peers, routing/POLICIES.md, "Many routers") with ShareDelay and ShareLoss; off, each router sees only its own.
 	Sharing bool
 	// ShareDelay is a router-to-router message's latency: 1 ms, one memberlist best-effort UDP
 	// datagram on a LAN (a few hundred µs) plus the sender's and receiver's queues — well under

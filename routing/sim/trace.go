@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/local"
 )
 
 // ErrBadTrace is returned, wrapped with the line, for a trace row that cannot be read.
@@ -63,12 +65,7 @@ const Vocab = 50000
 
 // splitmix64 is Steele et al.'s SplitMix64 finaliser: a fixed, seedless mix, so expansion is
 // the same on every machine and in every release.
-func splitmix64(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
-}
+func splitmix64(x uint64) uint64 { return local.Mix64(x + 0x9e3779b97f4a7c15) }
 
 // appendSegment appends n tokens of segment id: token j is splitmix64(id·1e6 + j) mod Vocab, so
 // equal ids give equal tokens and different ids give (almost surely) different ones.

@@ -1,7 +1,7 @@
 // Package tokenizertest locates the real model tokenizer files the tests of prefixmesh run on
 // (fetched by scripts/fetch-tokenizers.sh into .cache/tokenizers, or $PREFIXMESH_TOKENIZERS).
-// A test that needs them is skipped, saying why, when they are absent, except in CI (CI=true),
-// where their absence fails it.
+// A test that needs them is skipped, saying why, when they are absent, except in CI (the rule of
+// internal/testenv), where their absence fails it.
 package tokenizertest
 
 import (
@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/prefixmesh/prefixmesh/internal/testenv"
 )
 
 // Root is the directory holding one subdirectory per model.
@@ -26,10 +28,7 @@ func Dir(tb testing.TB, model string) string {
 	tb.Helper()
 	dir := filepath.Join(Root(), model)
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("tokenizer files for %s are missing in CI (%v): scripts/test.sh runs scripts/fetch-tokenizers.sh", model, err)
-		}
-		tb.Skipf("tokenizer files for %s not fetched (%v): run scripts/fetch-tokenizers.sh", model, err)
+		testenv.Missing(tb, "the tokenizer files for "+model, err, "run scripts/fetch-tokenizers.sh (scripts/test.sh does)")
 	}
 	return dir
 }

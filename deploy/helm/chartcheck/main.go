@@ -30,6 +30,7 @@ func main() {
 	manifests := flag.String("manifests", "", "rendered manifests (multi-document YAML)")
 	flagsDir := flag.String("flags-dir", "", "directory to write node.args and router.args into")
 	root := flag.String("files-root", "", "rewrite "+mountRoot+" paths under this directory and create the mounted files there")
+	domain := flag.String("cluster-domain", "", "the clusterDomain the chart was rendered with: Raft and gossip addresses must use it")
 	envoy := flag.String("envoy", "", "instead, check this Envoy bootstrap (deploy/envoy) against Envoy's protos")
 	flag.Parse()
 	if *envoy != "" {
@@ -40,7 +41,7 @@ func main() {
 		fmt.Println("chartcheck: envoy bootstrap ok")
 		return
 	}
-	if err := run(*manifests, *flagsDir, *root); err != nil {
+	if err := run(*manifests, *flagsDir, *root, *domain); err != nil {
 		fmt.Fprintln(os.Stderr, "chartcheck:", err)
 		os.Exit(1)
 	}
@@ -54,7 +55,7 @@ type header struct {
 	} `json:"metadata"`
 }
 
-func run(path, flagsDir, root string) error {
+func run(path, flagsDir, root, domain string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -134,7 +135,44 @@ func run(path, flagsDir, root string) error {
 			return err
 		}
 	}
+	if err := checkRules(router, daemonSets, flagFiles, domain); err != nil {
+		return err
+	}
 	fmt.Printf("chartcheck: %d documents decoded strictly (%v)\n", sum(kinds), kinds)
+	return nil
+}
+
+// checkRules checks the chart's placement, security and engine-matching rules (rules.go).
+func checkRules(router appsv1.StatefulSet, daemonSets []appsv1.DaemonSet, flagFiles map[string]string, domain string) error {
+	routerFlags, nodeFlags := flagLines(flagFiles["router.flags"]), flagLines(flagFiles["node.flags"])
+	spec := router.Spec.Template.Spec
+	if err := checkSeccomp("router", spec); err != nil {
+		return err
+	}
+	if err := checkRestricted("router", spec); err != nil {
+		return err
+	}
+	if err := checkRouterPlacement(router); err != nil {
+		return err
+	}
+	c := container(spec, "router")
+	if c == nil {
+		return errors.New("router: no container named router")
+	}
+	if err := checkDomain(c.Args, routerFlags, domain); err != nil {
+		return err
+	}
+	if err := checkTokenizer(router, routerFlags, nodeFlags); err != nil {
+		return err
+	}
+	for _, ds := range daemonSets {
+		if err := checkSeccomp("node", ds.Spec.Template.Spec); err != nil {
+			return err
+		}
+		if err := checkNodePod(ds, nodeFlags); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -1,10 +1,11 @@
 // NodeCache: the node agent's gRPC face over its node-local prefix cache (local.RadixTree).
 //
 // One RPC per PrefixCache method, with the same names and snake_case field names as the Go API
-// (DESIGN.md §3, spec/prefix-cache.md §2), plus GetSummary (the repair path of the gossip layer,
-// DESIGN.md §5) and Stats. Engines that delegate their prefix cache call these RPCs and follow the
-// caller's contract of spec §6 exactly as an in-process caller would (take refs on the blocks the
-// cache reports, release with the tokens that were inserted, and so on).
+// (local/CONTRACT.md describes each method under its own name), plus GetSummary (the repair path
+// of the gossip layer, docs/architecture.md, "One cache change") and Stats. Engines that delegate
+// their prefix cache call these RPCs and follow the caller's contract (local/CONTRACT.md, "The
+// caller's contract") exactly as an in-process caller would (take refs on the blocks the cache
+// reports, release with the tokens that were inserted, and so on).
 //
 // Conventions:
 //   * Token ids, KV block ids and disk block ids are `repeated uint32` (packed by default in
@@ -95,8 +96,8 @@ func (SummaryKind) EnumDescriptor() ([]byte, []int) {
 	return file_prefixmesh_v1_nodecache_proto_rawDescGZIP(), []int{0}
 }
 
-// PrefixMatch is the result of Lookup (spec §1.10). The empty match has every list empty, zeros
-// and false.
+// PrefixMatch is the result of Lookup (local/CONTRACT.md, "Result types"). The empty match has
+// every list empty, zeros and false.
 type PrefixMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// KV blocks of the matched prefix, in token order.
@@ -223,9 +224,10 @@ func (x *PrefixMatch) GetSsmSnapshotIsTail() bool {
 	return false
 }
 
-// InsertAcquired tells the caller which references to move after an insert (spec §6.2): take a
-// disk ref on each disk_block_ids entry and a KV ref on each blocks entry before dropping one on
-// each released_blocks entry, and drop a disk ref on each released_disk_block_ids entry.
+// InsertAcquired tells the caller which references to move after an insert (local/CONTRACT.md, "The
+// caller's contract"): take a disk ref on each disk_block_ids entry and a KV ref on each blocks
+// entry before dropping one on each released_blocks entry, and drop a disk ref on each
+// released_disk_block_ids entry.
 type InsertAcquired struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Disk ids the cache newly took a ref on.
@@ -388,7 +390,8 @@ type LookupRequest struct {
 	Tokens []uint32 `protobuf:"varint,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
 	// Tokens per KV block; in (0, server maximum].
 	BlockSize int32 `protobuf:"varint,2,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
-	// The caller's session, scoping the snapshot lookup (spec §3.4); 0 for none.
+	// The caller's session, scoping the snapshot lookup (local/CONTRACT.md, "The session gate"); 0
+	// for none.
 	SessionHash uint64 `protobuf:"varint,3,opt,name=session_hash,json=sessionHash,proto3" json:"session_hash,omitempty"`
 	// LoRA adapter id; 0 for the base model.
 	AdapterId     uint64 `protobuf:"varint,4,opt,name=adapter_id,json=adapterId,proto3" json:"adapter_id,omitempty"`
@@ -815,7 +818,7 @@ func (x *InsertRequest) GetAdapterId() uint64 {
 // InsertResponse answers Insert.
 type InsertResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The references the caller must move (spec §6.2).
+	// The references the caller must move.
 	Acquired      *InsertAcquired `protobuf:"bytes,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -974,7 +977,7 @@ type InsertWithSnapshotResponse struct {
 	HasDisplaced bool `protobuf:"varint,1,opt,name=has_displaced,json=hasDisplaced,proto3" json:"has_displaced,omitempty"`
 	// The displaced slot; meaningful only when has_displaced.
 	Displaced int64 `protobuf:"varint,2,opt,name=displaced,proto3" json:"displaced,omitempty"`
-	// The references the caller must move for the insert (spec §6.2).
+	// The references the caller must move for the insert.
 	Acquired      *InsertAcquired `protobuf:"bytes,3,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1032,8 +1035,8 @@ func (x *InsertWithSnapshotResponse) GetAcquired() *InsertAcquired {
 }
 
 // InsertIntermediateSnapshotRequest registers a snapshot for all of tokens. block_table,
-// disk_block_ids, block_size and matched_tokens mirror the Go API and are otherwise ignored (spec
-// §2.10): leave them all unset, or set them to a shape InsertRequest would accept.
+// disk_block_ids, block_size and matched_tokens mirror the Go API and are otherwise ignored:
+// leave them all unset, or set them to a shape InsertRequest would accept.
 type InsertIntermediateSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The prefix's token ids; the snapshot covers all of them.
@@ -1701,7 +1704,7 @@ func (x *EvictRequest) GetNumBlocks() int64 {
 	return 0
 }
 
-// EvictResponse lists what the cache no longer stores (spec §6.5).
+// EvictResponse lists what the cache no longer stores.
 type EvictResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// KV blocks evicted: hand back the cache's KV ref on each.
@@ -1986,8 +1989,8 @@ func (x *EvictSnapshotToTierRequest) GetMinTokens() int64 {
 	return 0
 }
 
-// TierEvict is what EvictSnapshotToTier did (spec §1.10): spill keeps the entry findable under key
-// in the caller's tier store; otherwise it was dropped. Either way slot is the caller's to free.
+// TierEvict is what EvictSnapshotToTier did: spill keeps the entry findable under key in the
+// caller's tier store; otherwise it was dropped. Either way slot is the caller's to free.
 type TierEvict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True: Spill{slot, key, depth}; false: Drop{slot, depth}.
@@ -2428,7 +2431,7 @@ func (*StatsRequest) Descriptor() ([]byte, []int) {
 	return file_prefixmesh_v1_nodecache_proto_rawDescGZIP(), []int{39}
 }
 
-// SnapshotStats are the snapshot index's counters since the node started (spec §3.3).
+// SnapshotStats are the snapshot index's counters since the node started.
 type SnapshotStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Snapshots registered.
@@ -2571,7 +2574,7 @@ type StatsResponse struct {
 	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// The node's epoch: random, chosen at process start; a new value means an empty cache.
 	Epoch uint64 `protobuf:"fixed64,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// Entries as the tree counts them (spec §2.22).
+	// Entries as the tree counts them (full-block nodes; partial suffixes are not counted).
 	Entries int64 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
 	// Cached KV blocks (full-block nodes; partial suffixes are not counted).
 	CachedBlocks int64 `protobuf:"varint,4,opt,name=cached_blocks,json=cachedBlocks,proto3" json:"cached_blocks,omitempty"`
@@ -2764,8 +2767,8 @@ type SummaryChunk struct {
 	Kind SummaryKind `protobuf:"varint,4,opt,name=kind,proto3,enum=prefixmesh.v1.SummaryKind" json:"kind,omitempty"`
 	// For a delta, the sequence number it starts after (the request's since_seq); 0 for a snapshot.
 	FromSeq uint64 `protobuf:"varint,5,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
-	// Snapshot: canonical chained block hashes (DESIGN.md §4) of the visible full blocks. Delta: the
-	// hashes added since from_seq (and still present at seq).
+	// Snapshot: canonical chained block hashes (docs/architecture.md, "The canonical block hash") of
+	// the visible full blocks. Delta: the hashes added since from_seq (and still present at seq).
 	Hashes []uint64 `protobuf:"fixed64,6,rep,packed,name=hashes,proto3" json:"hashes,omitempty"`
 	// Delta only: the hashes removed since from_seq (and still absent at seq).
 	Removed []uint64 `protobuf:"fixed64,7,rep,packed,name=removed,proto3" json:"removed,omitempty"`

@@ -1,10 +1,11 @@
 // NodeCache: the node agent's gRPC face over its node-local prefix cache (local.RadixTree).
 //
 // One RPC per PrefixCache method, with the same names and snake_case field names as the Go API
-// (DESIGN.md §3, spec/prefix-cache.md §2), plus GetSummary (the repair path of the gossip layer,
-// DESIGN.md §5) and Stats. Engines that delegate their prefix cache call these RPCs and follow the
-// caller's contract of spec §6 exactly as an in-process caller would (take refs on the blocks the
-// cache reports, release with the tokens that were inserted, and so on).
+// (local/CONTRACT.md describes each method under its own name), plus GetSummary (the repair path
+// of the gossip layer, docs/architecture.md, "One cache change") and Stats. Engines that delegate
+// their prefix cache call these RPCs and follow the caller's contract (local/CONTRACT.md, "The
+// caller's contract") exactly as an in-process caller would (take refs on the blocks the cache
+// reports, release with the tokens that were inserted, and so on).
 //
 // Conventions:
 //   * Token ids, KV block ids and disk block ids are `repeated uint32` (packed by default in
@@ -70,51 +71,51 @@ const (
 // concurrently; none blocks on the engine.
 type NodeCacheClient interface {
 	// IsActive reports whether the node runs a real prefix cache. When false, callers skip all KV-ref
-	// bookkeeping tied to the cache (spec §2.1).
+	// bookkeeping tied to the cache.
 	IsActive(ctx context.Context, in *IsActiveRequest, opts ...grpc.CallOption) (*IsActiveResponse, error)
 	// Lookup matches the longest cached prefix of tokens, takes one hold on each matched full block
-	// and consults the snapshot index (spec §2.5). Counts a hit or a miss.
+	// and, on a hit, consults the snapshot index. Counts a hit or a miss.
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
 	// PeekMatchedTokens is Lookup's match length without holds, LRU change, counters or snapshot
-	// lookup (spec §2.6). Routers use it for exact confirmation.
+	// lookup. Routers use it for exact confirmation.
 	PeekMatchedTokens(ctx context.Context, in *PeekMatchedTokensRequest, opts ...grpc.CallOption) (*PeekMatchedTokensResponse, error)
 	// PinPrefix takes one hold on the cached prefix of tokens, like Lookup but without the snapshot
-	// lookup or counters (spec §2.7). Release it with ReleaseMatched(tokens, matched_tokens).
+	// lookup or counters. Release it with ReleaseMatched(tokens, matched_tokens).
 	PinPrefix(ctx context.Context, in *PinPrefixRequest, opts ...grpc.CallOption) (*PinPrefixResponse, error)
-	// Insert stores tokens' blocks (spec §2.8) and reports which references the caller must move.
+	// Insert stores tokens' blocks and reports which references the caller must move.
 	Insert(ctx context.Context, in *InsertRequest, opts ...grpc.CallOption) (*InsertResponse, error)
-	// InsertWithSnapshot is Insert followed by registering an SSM snapshot for all of tokens (§2.9).
+	// InsertWithSnapshot is Insert followed by registering an SSM snapshot for all of tokens.
 	InsertWithSnapshot(ctx context.Context, in *InsertWithSnapshotRequest, opts ...grpc.CallOption) (*InsertWithSnapshotResponse, error)
-	// InsertIntermediateSnapshot registers a snapshot only; the tree is not touched (§2.10).
+	// InsertIntermediateSnapshot registers a snapshot only; the tree is not touched.
 	InsertIntermediateSnapshot(ctx context.Context, in *InsertIntermediateSnapshotRequest, opts ...grpc.CallOption) (*InsertIntermediateSnapshotResponse, error)
-	// InsertTailSnapshot registers a tail capture and returns every slot it displaced (§2.11).
+	// InsertTailSnapshot registers a tail capture and returns every slot it displaced.
 	InsertTailSnapshot(ctx context.Context, in *InsertTailSnapshotRequest, opts ...grpc.CallOption) (*InsertTailSnapshotResponse, error)
 	// InsertTailSiblingSnapshot registers a tail sibling; call it after InsertTailSnapshot for the
-	// same capture (§2.12).
+	// same capture.
 	InsertTailSiblingSnapshot(ctx context.Context, in *InsertTailSiblingSnapshotRequest, opts ...grpc.CallOption) (*InsertTailSiblingSnapshotResponse, error)
-	// Release drops one hold on every full block of tokens (the tokens that were inserted) (§2.13).
+	// Release drops one hold on every full block of tokens (the tokens that were inserted).
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
-	// ReleaseMatched drops the holds of one Lookup or PinPrefix that matched matched_tokens (§2.14).
+	// ReleaseMatched drops the holds of one Lookup or PinPrefix that matched matched_tokens.
 	ReleaseMatched(ctx context.Context, in *ReleaseMatchedRequest, opts ...grpc.CallOption) (*ReleaseMatchedResponse, error)
-	// Evict removes up to num_blocks unheld blocks, oldest leaf first (§2.15, §4).
+	// Evict removes up to num_blocks unheld blocks, oldest leaf first.
 	Evict(ctx context.Context, in *EvictRequest, opts ...grpc.CallOption) (*EvictResponse, error)
-	// EvictSnapshotLRU removes the snapshot index's resident victim and returns its slot (§2.16).
+	// EvictSnapshotLRU removes the snapshot index's resident victim and returns its slot.
 	EvictSnapshotLRU(ctx context.Context, in *EvictSnapshotLRURequest, opts ...grpc.CallOption) (*EvictSnapshotLRUResponse, error)
-	// EvictSnapshotSlot removes the resident entry held in slot, if any (§2.17).
+	// EvictSnapshotSlot removes the resident entry held in slot, if any.
 	EvictSnapshotSlot(ctx context.Context, in *EvictSnapshotSlotRequest, opts ...grpc.CallOption) (*EvictSnapshotSlotResponse, error)
-	// EvictSnapshotToTier spills or drops a snapshot victim of at least min_tokens depth (§2.18).
+	// EvictSnapshotToTier spills or drops a snapshot victim of at least min_tokens depth.
 	EvictSnapshotToTier(ctx context.Context, in *EvictSnapshotToTierRequest, opts ...grpc.CallOption) (*EvictSnapshotToTierResponse, error)
-	// PromoteSnapshot makes the spilled entry under key resident again in new_slot (§2.19).
+	// PromoteSnapshot makes the spilled entry under key resident again in new_slot.
 	PromoteSnapshot(ctx context.Context, in *PromoteSnapshotRequest, opts ...grpc.CallOption) (*PromoteSnapshotResponse, error)
-	// ForgetSnapshotTierKey removes the spilled entry under key (§2.20).
+	// ForgetSnapshotTierKey removes the spilled entry under key.
 	ForgetSnapshotTierKey(ctx context.Context, in *ForgetSnapshotTierKeyRequest, opts ...grpc.CallOption) (*ForgetSnapshotTierKeyResponse, error)
-	// SnapshotCount is the number of snapshot entries, spilled ones included (§2.21).
+	// SnapshotCount is the number of snapshot entries, spilled ones included.
 	SnapshotCount(ctx context.Context, in *SnapshotCountRequest, opts ...grpc.CallOption) (*SnapshotCountResponse, error)
 	// Stats reports the tree's size, its hit counters and the snapshot index's counters.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 	// GetSummary streams the set of chained block hashes the node's tree currently holds (a full
 	// snapshot), or, when since_seq is given and still in the node's journal, only the changes since
-	// then. Routers call it to repair a gossip gap or to learn a new epoch (DESIGN.md §5).
+	// then. Routers call it to repair a gossip gap or to learn a new epoch.
 	GetSummary(ctx context.Context, in *GetSummaryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SummaryChunk], error)
 }
 
@@ -343,51 +344,51 @@ type NodeCache_GetSummaryClient = grpc.ServerStreamingClient[SummaryChunk]
 // concurrently; none blocks on the engine.
 type NodeCacheServer interface {
 	// IsActive reports whether the node runs a real prefix cache. When false, callers skip all KV-ref
-	// bookkeeping tied to the cache (spec §2.1).
+	// bookkeeping tied to the cache.
 	IsActive(context.Context, *IsActiveRequest) (*IsActiveResponse, error)
 	// Lookup matches the longest cached prefix of tokens, takes one hold on each matched full block
-	// and consults the snapshot index (spec §2.5). Counts a hit or a miss.
+	// and, on a hit, consults the snapshot index. Counts a hit or a miss.
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
 	// PeekMatchedTokens is Lookup's match length without holds, LRU change, counters or snapshot
-	// lookup (spec §2.6). Routers use it for exact confirmation.
+	// lookup. Routers use it for exact confirmation.
 	PeekMatchedTokens(context.Context, *PeekMatchedTokensRequest) (*PeekMatchedTokensResponse, error)
 	// PinPrefix takes one hold on the cached prefix of tokens, like Lookup but without the snapshot
-	// lookup or counters (spec §2.7). Release it with ReleaseMatched(tokens, matched_tokens).
+	// lookup or counters. Release it with ReleaseMatched(tokens, matched_tokens).
 	PinPrefix(context.Context, *PinPrefixRequest) (*PinPrefixResponse, error)
-	// Insert stores tokens' blocks (spec §2.8) and reports which references the caller must move.
+	// Insert stores tokens' blocks and reports which references the caller must move.
 	Insert(context.Context, *InsertRequest) (*InsertResponse, error)
-	// InsertWithSnapshot is Insert followed by registering an SSM snapshot for all of tokens (§2.9).
+	// InsertWithSnapshot is Insert followed by registering an SSM snapshot for all of tokens.
 	InsertWithSnapshot(context.Context, *InsertWithSnapshotRequest) (*InsertWithSnapshotResponse, error)
-	// InsertIntermediateSnapshot registers a snapshot only; the tree is not touched (§2.10).
+	// InsertIntermediateSnapshot registers a snapshot only; the tree is not touched.
 	InsertIntermediateSnapshot(context.Context, *InsertIntermediateSnapshotRequest) (*InsertIntermediateSnapshotResponse, error)
-	// InsertTailSnapshot registers a tail capture and returns every slot it displaced (§2.11).
+	// InsertTailSnapshot registers a tail capture and returns every slot it displaced.
 	InsertTailSnapshot(context.Context, *InsertTailSnapshotRequest) (*InsertTailSnapshotResponse, error)
 	// InsertTailSiblingSnapshot registers a tail sibling; call it after InsertTailSnapshot for the
-	// same capture (§2.12).
+	// same capture.
 	InsertTailSiblingSnapshot(context.Context, *InsertTailSiblingSnapshotRequest) (*InsertTailSiblingSnapshotResponse, error)
-	// Release drops one hold on every full block of tokens (the tokens that were inserted) (§2.13).
+	// Release drops one hold on every full block of tokens (the tokens that were inserted).
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
-	// ReleaseMatched drops the holds of one Lookup or PinPrefix that matched matched_tokens (§2.14).
+	// ReleaseMatched drops the holds of one Lookup or PinPrefix that matched matched_tokens.
 	ReleaseMatched(context.Context, *ReleaseMatchedRequest) (*ReleaseMatchedResponse, error)
-	// Evict removes up to num_blocks unheld blocks, oldest leaf first (§2.15, §4).
+	// Evict removes up to num_blocks unheld blocks, oldest leaf first.
 	Evict(context.Context, *EvictRequest) (*EvictResponse, error)
-	// EvictSnapshotLRU removes the snapshot index's resident victim and returns its slot (§2.16).
+	// EvictSnapshotLRU removes the snapshot index's resident victim and returns its slot.
 	EvictSnapshotLRU(context.Context, *EvictSnapshotLRURequest) (*EvictSnapshotLRUResponse, error)
-	// EvictSnapshotSlot removes the resident entry held in slot, if any (§2.17).
+	// EvictSnapshotSlot removes the resident entry held in slot, if any.
 	EvictSnapshotSlot(context.Context, *EvictSnapshotSlotRequest) (*EvictSnapshotSlotResponse, error)
-	// EvictSnapshotToTier spills or drops a snapshot victim of at least min_tokens depth (§2.18).
+	// EvictSnapshotToTier spills or drops a snapshot victim of at least min_tokens depth.
 	EvictSnapshotToTier(context.Context, *EvictSnapshotToTierRequest) (*EvictSnapshotToTierResponse, error)
-	// PromoteSnapshot makes the spilled entry under key resident again in new_slot (§2.19).
+	// PromoteSnapshot makes the spilled entry under key resident again in new_slot.
 	PromoteSnapshot(context.Context, *PromoteSnapshotRequest) (*PromoteSnapshotResponse, error)
-	// ForgetSnapshotTierKey removes the spilled entry under key (§2.20).
+	// ForgetSnapshotTierKey removes the spilled entry under key.
 	ForgetSnapshotTierKey(context.Context, *ForgetSnapshotTierKeyRequest) (*ForgetSnapshotTierKeyResponse, error)
-	// SnapshotCount is the number of snapshot entries, spilled ones included (§2.21).
+	// SnapshotCount is the number of snapshot entries, spilled ones included.
 	SnapshotCount(context.Context, *SnapshotCountRequest) (*SnapshotCountResponse, error)
 	// Stats reports the tree's size, its hit counters and the snapshot index's counters.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	// GetSummary streams the set of chained block hashes the node's tree currently holds (a full
 	// snapshot), or, when since_seq is given and still in the node's journal, only the changes since
-	// then. Routers call it to repair a gossip gap or to learn a new epoch (DESIGN.md §5).
+	// then. Routers call it to repair a gossip gap or to learn a new epoch.
 	GetSummary(*GetSummaryRequest, grpc.ServerStreamingServer[SummaryChunk]) error
 	mustEmbedUnimplementedNodeCacheServer()
 }

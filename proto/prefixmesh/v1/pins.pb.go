@@ -1,4 +1,5 @@
-// Pins: the Raft-replicated adapter pinning metadata (DESIGN.md §7), served by every router.
+// Pins: the Raft-replicated adapter pinning metadata (docs/architecture.md, "Pins"), served by
+// every router.
 //
 // Any member answers reads from its local replica and reports how stale that replica may be
 // (staleness_seconds, applied_index); a read with linearizable=true is confirmed with the leader
@@ -237,12 +238,14 @@ func (x *AdapterPin) GetVersion() uint64 {
 }
 
 type PrefixPin struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AdapterId     uint64                 `protobuf:"varint,1,opt,name=adapter_id,json=adapterId,proto3" json:"adapter_id,omitempty"`
-	PrefixHash    uint64                 `protobuf:"varint,2,opt,name=prefix_hash,json=prefixHash,proto3" json:"prefix_hash,omitempty"` // xxhash64(LE64(seed(adapter)) ‖ LE32(tokens…)), DESIGN.md §4
-	Tokens        []uint32               `protobuf:"varint,3,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
-	Nodes         []string               `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"` // sorted, unique
-	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AdapterId uint64                 `protobuf:"varint,1,opt,name=adapter_id,json=adapterId,proto3" json:"adapter_id,omitempty"`
+	// The canonical block hash of the whole prefix as one block:
+	// xxhash64(LE64(seed(adapter)) ‖ LE32(tokens…)).
+	PrefixHash    uint64   `protobuf:"varint,2,opt,name=prefix_hash,json=prefixHash,proto3" json:"prefix_hash,omitempty"`
+	Tokens        []uint32 `protobuf:"varint,3,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Nodes         []string `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"` // sorted, unique
+	Version       uint64   `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

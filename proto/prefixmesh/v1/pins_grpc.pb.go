@@ -1,4 +1,5 @@
-// Pins: the Raft-replicated adapter pinning metadata (DESIGN.md §7), served by every router.
+// Pins: the Raft-replicated adapter pinning metadata (docs/architecture.md, "Pins"), served by
+// every router.
 //
 // Any member answers reads from its local replica and reports how stale that replica may be
 // (staleness_seconds, applied_index); a read with linearizable=true is confirmed with the leader

@@ -1,9 +1,9 @@
-// Router: ask the prefix router where a request should go (DESIGN.md §6, §8).
+// Router: ask the prefix router where a request should go (docs/architecture.md, "One request").
 //
-// The router answers from its mirror of every node's cache summary (gossip, DESIGN.md §5): for
-// each eligible node the number of prompt tokens that node's PeekMatchedTokens would return, up to
-// propagation delay, and the node's reported load; a policy picks one. Route only chooses: the
-// caller sends the request to the chosen node's engine itself (the HTTP front door proxies).
+// The router answers from its mirror of every node's cache summary (gossip): for each eligible node
+// the number of prompt tokens that node's PeekMatchedTokens would return, up to propagation delay,
+// and the node's reported load; a policy picks one. Route only chooses: the caller sends the
+// request to the chosen node's engine itself (the HTTP front door proxies).
 //
 // Errors: INVALID_ARGUMENT when neither tokens nor text is given (or text is given and the router
 // has no tokenizer), or a field is over its limit; UNAVAILABLE when no node is eligible.

@@ -46,7 +46,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The headless Service every member joins gossip through (DNS returns every ready pod). */}}
 {{- define "prefixmesh.gossipHost" -}}
-{{ include "prefixmesh.fullname" . }}-gossip.{{ .Release.Namespace }}.svc.cluster.local
+{{ include "prefixmesh.fullname" . }}-gossip.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
 {{- end -}}
 
 {{- define "prefixmesh.routerPeers" -}}
@@ -94,4 +94,51 @@ grpc:
 dial. */}}
 {{- define "prefixmesh.tlsServerName" -}}
 {{- .Values.tls.serverName | default (printf "%s.%s.prefixmesh" (include "prefixmesh.fullname" .) .Release.Namespace) -}}
+{{- end -}}
+
+{{/* The startup budget of a node agent in seconds: an agent beside a real engine is NOT_SERVING
+until the engine answers, which may take node.startupTimeoutSeconds; the simulated engine is the
+agent itself. */}}
+{{- define "prefixmesh.nodeStartupSeconds" -}}
+{{- if eq .Values.node.engine "sim" -}}120{{- else -}}{{ .Values.node.startupTimeoutSeconds }}{{- end -}}
+{{- end -}}
+
+{{/* The engine flags that must match the agent's (engine vllm or sglang, engineContainer.injectFlags),
+one YAML list item each, derived from the values the agent's flags come from: vLLM's
+vllm/engine/arg_utils.py and SGLang's python/sglang/srt/server_args.py name them. */}}
+{{- define "prefixmesh.engineFlags" -}}
+{{- $n := .Values.node -}}
+{{- $kv := dict "publisher" "zmq" "endpoint" (printf "tcp://*:%s" (regexFind "[0-9]+$" $n.kvEvents.endpoint)) "topic" ($n.kvEvents.topic | default "") -}}
+{{- if $n.kvEvents.replay -}}
+{{- $_ := set $kv "replay_endpoint" (printf "tcp://*:%s" (regexFind "[0-9]+$" $n.kvEvents.replay)) -}}
+{{- end -}}
+{{- $flags := list (printf "--port=%v" $n.engineContainer.port) (printf "--served-model-name=%s" .Values.model) -}}
+{{- if eq $n.engine "vllm" -}}
+{{- $_ := set $kv "enable_kv_cache_events" true -}}
+{{- $flags = concat $flags (list (printf "--block-size=%v" .Values.blockSize) "--enable-prompt-tokens-details") -}}
+{{- else -}}
+{{- $flags = concat $flags (list (printf "--page-size=%v" .Values.blockSize) "--enable-cache-report") -}}
+{{- end -}}
+{{- $flags = append $flags (printf "--kv-events-config=%s" (toJson $kv)) -}}
+{{- range $flags }}
+- {{ . | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* The names of the injected engine flags, to refuse the same flag in engineContainer.args. */}}
+{{- define "prefixmesh.engineFlagNames" -}}
+{{- if eq .Values.node.engine "vllm" -}}
+--port --served-model-name --block-size --enable-prompt-tokens-details --kv-events-config
+{{- else -}}
+--port --served-model-name --page-size --enable-cache-report --kv-events-config
+{{- end -}}
+{{- end -}}
+
+{{/* Where the router sees its mounted tokenizer files (router.tokenizerFiles). */}}
+{{- define "prefixmesh.tokenizerDir" -}}/etc/prefixmesh/tokenizer{{- end -}}
+
+{{/* Pod security: RuntimeDefault seccomp on every pod, as Pod Security "restricted" requires. */}}
+{{- define "prefixmesh.seccomp" -}}
+seccompProfile:
+  type: RuntimeDefault
 {{- end -}}

@@ -1,0 +1,72 @@
+package frontdoor
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// stairPicker is a PolicyPicker over nodes fake nodes, node i holding the first i/nodes of
+// prompt's blocks (a staircase of prefix lengths), and the prompt: the fleet the decision
+// benchmarks and the allocation test route over.
+func stairPicker(tb testing.TB, nodes, tokens int) (*PolicyPicker, []uint32) {
+	tb.Helper()
+	const bs = 16
+	toks := make([]uint32, tokens)
+	for i := range toks {
+		toks[i] = uint32(i*7919) % 100000
+	}
+	hashes := local.BlockHashes(toks, bs, 0)
+	list := &nodeList{}
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	var targets []NodeTarget
+	for i := range nodes {
+		id := fmt.Sprintf("node-%02d", i)
+		targets = append(targets, target(id, "http://"+id))
+		idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
+	}
+	list.set(targets)
+	return newPolicyPicker(tb, list, idx), toks
+}
+
+// newPolicyPicker is the default prefixmesh PolicyPicker over list and idx.
+func newPolicyPicker(tb testing.TB, list *nodeList, idx *routing.Index) *PolicyPicker {
+	tb.Helper()
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// benchFrontDoor serves a front door with the default configuration (tokenizer tok, when not
+// empty) over nodes fake nodes that are all upstreamURL, and returns its URL.
+func benchFrontDoor(tb testing.TB, upstreamURL string, nodes int, tok string) string {
+	tb.Helper()
+	list := &nodeList{}
+	var targets []NodeTarget
+	for i := range nodes {
+		targets = append(targets, target(fmt.Sprintf("n%d", i), upstreamURL))
+	}
+	list.set(targets)
+	cfg := DefaultConfig()
+	if tok != "" {
+		cfg.Tokenizer = tok
+	}
+	fd, err := New(cfg, Deps{Picker: newPolicyPicker(tb, list, routing.NewIndex(routing.DefaultIndexConfig())), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	front := httptest.NewServer(fd.Handler())
+	tb.Cleanup(front.Close)
+	return front.URL
+}
