@@ -66,6 +66,7 @@ func replayGateway(ctx context.Context, cfg demoConfig, c *demoCluster, name str
 	}
 	if n := m["prefixmesh_extproc_estimate_compared_total"]; n > 0 {
 		s.EstimateExact = m["prefixmesh_extproc_estimate_exact_total"] / n
+		s.EstimateCompared = int(n)
 		s.EstimateMAE = m["prefixmesh_extproc_estimate_abs_error_tokens_sum"] / n
 	}
 	return s, nil

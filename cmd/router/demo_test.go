@@ -79,7 +79,7 @@ func TestDemoGateway(t *testing.T) {
 	if m := regexp.MustCompile(`requests \(errors\)\s+24 \(0\)\s+24 \(0\)`).FindString(s); m == "" {
 		t.Errorf("requests failed:\n%s", s)
 	}
-	if m := regexp.MustCompile(`estimate exact\s+\S+%\s+\d+\.\d%`).FindString(s); m == "" {
+	if m := regexp.MustCompile(`estimate exact\s+\S+% of \d+\s+\d+\.\d% of [1-9]`).FindString(s); m == "" {
 		t.Errorf("no estimate accuracy for the gateway's run:\n%s", s)
 	}
 }
