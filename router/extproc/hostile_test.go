@@ -230,7 +230,7 @@ func TestOverloaded(t *testing.T) {
 
 // concurrentStreams is how many streams TestManyStreams holds open at once: 2,000 open in a few
 // seconds on a 2-core CI runner under the race detector; the bound per stream it checks is what
-// makes the default MaxStreams (16,384) or the 10,000 fit in memory.
+// makes the default MaxStreams (16,384), or 10,000, fit in memory.
 const concurrentStreams = 2000
 
 // TestManyStreams holds concurrentStreams streams open mid-body: the body bytes held are exactly
