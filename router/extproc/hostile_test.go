@@ -228,12 +228,9 @@ func TestOverloaded(t *testing.T) {
 	}
 }
 
-// concurrentStreams is how many streams TestManyStreams holds open at once: 2,000 open in a few
-// seconds on a 2-core CI runner under the race detector; the bound per stream it checks is what
-// makes the default MaxStreams (16,384), or 10,000, fit in memory.
-const concurrentStreams = 2000
-
-// TestManyStreams holds concurrentStreams streams open mid-body: the body bytes held are exactly
+// TestManyStreams holds concurrentStreams streams open mid-body (race_on_test.go,
+// race_off_test.go); the bound per stream it checks is what makes the default MaxStreams
+// (16,384) fit in memory: the body bytes held are exactly
 // what was sent, heap per stream stays small, one stream over MaxStreams is answered 429, and
 // when the gateway goes away everything is released.
 func TestManyStreams(t *testing.T) {
