@@ -50,8 +50,8 @@ for values in "" "$chart"/ci/*.yaml; do
 	"$work/prefixmesh-router" "${router_args[@]}" --validate-only
 done
 
-# The reference Envoy for the endpoint picker, decoded into Envoy's own protos.
-"$work/chartcheck" -envoy deploy/envoy/envoy.yaml
+# The reference Envoys for the endpoint picker, decoded into Envoy's own protos.
+for envoy in deploy/envoy/*.yaml; do "$work/chartcheck" -envoy "$envoy"; done
 
 # Another cluster domain reaches every address that names one.
 render --set clusterDomain=corp.internal

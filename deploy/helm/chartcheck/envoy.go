@@ -10,7 +10,9 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // resolves the router filter's Any
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3" // resolves HttpProtocolOptions
+	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3" // resolves the fallback policy
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"                      // resolves HttpProtocolOptions
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 )
@@ -18,8 +20,9 @@ import (
 // checkEnvoy decodes an Envoy bootstrap strictly into Envoy's own protos (an unknown field, a
 // misspelt enum or a typed_config of an unknown type is an error), runs their validation rules,
 // and checks what the endpoint picker needs: an ext_proc filter streaming both bodies
-// (FULL_DUPLEX_STREAMED) and forwarding the envoy.lb metadata, and an ORIGINAL_DST cluster that
-// reads x-gateway-destination-endpoint.
+// (FULL_DUPLEX_STREAMED) and forwarding the envoy.lb metadata, and a cluster that sends to the
+// destination: ORIGINAL_DST reading x-gateway-destination-endpoint, or the override_host policy
+// reading it and reporting the served endpoint.
 func checkEnvoy(path string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -82,6 +85,21 @@ func checkEnvoy(path string) error {
 			}
 			return nil
 		}
+		for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
+			var oh overridehostv3.OverrideHost
+			if p.GetTypedExtensionConfig().GetTypedConfig().UnmarshalTo(&oh) != nil {
+				continue
+			}
+			reads := false
+			for _, src := range oh.GetOverrideHostSources() {
+				reads = reads || src.GetHeader() == "x-gateway-destination-endpoint"
+			}
+			served := oh.GetSelectedHostKey()
+			if !reads || served.GetKey() != "envoy.lb" || len(served.GetPath()) != 1 || served.GetPath()[0].GetKey() != "x-gateway-destination-endpoint-served" {
+				return fmt.Errorf("%s: override_host on %q must read x-gateway-destination-endpoint and report envoy.lb x-gateway-destination-endpoint-served", path, c.GetName())
+			}
+			return nil
+		}
 	}
-	return errors.New(path + ": no ORIGINAL_DST cluster")
+	return errors.New(path + ": no ORIGINAL_DST or override_host cluster reads the destination")
 }
