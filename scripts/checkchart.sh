@@ -50,6 +50,9 @@ for values in "" "$chart"/ci/*.yaml; do
 	"$work/prefixmesh-router" "${router_args[@]}" --validate-only
 done
 
+# The reference Envoys for the endpoint picker, decoded into Envoy's own protos.
+for envoy in deploy/envoy/*.yaml; do "$work/chartcheck" -envoy "$envoy"; done
+
 # Another cluster domain reaches every address that names one.
 render --set clusterDomain=corp.internal
 check -cluster-domain corp.internal >/dev/null
@@ -63,7 +66,8 @@ vllm=(--set node.engine=vllm --set node.engineContainer.image=vllm/vllm-openai:v
 for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persistence.enabled=false" \
 	"router.replicas=2" "router.replicas=4" "node.engine=vllm" "router.tokenizer=hf:/etc/prefixmesh/tokenizer" \
 	"router.tokenizerFiles.image=models:1" "router.tokenizerFiles.persistentVolumeClaim=models" \
-	"node.engineContainer.args={--block-size=16}"; do
+	"node.engineContainer.args={--block-size=16}" \
+	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe" "gateway.extProcTLS=maybe"; do
 	if "$helm" template pm "$chart" "${vllm[@]}" --set router.tokenizer=engine --set "$bad" >/dev/null 2>&1 &&
 		"$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
 		echo "checkchart: the chart accepted $bad" >&2

@@ -36,6 +36,9 @@ type demoConfig struct {
 	Quick           bool
 	Serve           bool
 	LogFile         string
+	// Gateway also replays each policy through the fake gateway (router/extproc/fakegw), which
+	// speaks ext_proc to the router's endpoint picker as Envoy does, on a fresh cluster of its own.
+	Gateway bool
 }
 
 func defaultDemoConfig() demoConfig {
@@ -91,6 +94,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	policies := fs.String("policies", strings.Join(cfg.Policies, ","), "policies to compare, each on a fresh cluster")
 	quick := fs.Bool("quick", false, fmt.Sprintf("a short run that exits when done: the same requests with time compressed %d× (arrivals, prefill and decode rates)", quickCompress))
 	fs.StringVar(&cfg.LogFile, "log-file", "", "daemon logs go here (default: a file in a temporary directory)")
+	fs.BoolVar(&cfg.Gateway, "gateway", false, "also replay each policy through a fake inference gateway in front of the router's endpoint picker (Envoy ext_proc)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -143,34 +147,53 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout)
 
+	if cfg.Gateway {
+		fmt.Fprintf(stdout, "each policy is replayed twice, on fresh clusters: through the front door, and through a fake gateway that\n"+
+			"asks the router's endpoint picker (ext_proc, FULL_DUPLEX_STREAMED) and forwards to the engine it names (\"/gw\" columns)\n\n")
+	}
 	var sums []loadgen.Summary
+	var names []string
 	var keep *demoCluster
 	for i, policy := range cfg.Policies {
-		launched := time.Now()
-		c, err := startDemoCluster(ctx, cfg, policy, filepath.Join(dir, policy), logs)
-		if err != nil {
-			return fmt.Errorf("start cluster for %s: %w", policy, err)
-		}
-		// From this cluster's launch to its router offering every node, not since the demo began.
-		fmt.Fprintf(stdout, "[%s] cluster ready in %.1fs (router %s)\n", policy, time.Since(launched).Seconds(), c.httpAddr)
-		s, err := replay(ctx, cfg, c, policy, reqs, stdout)
-		if err != nil {
-			c.stop()
-			return err
-		}
-		sums = append(sums, s)
-		if i == 0 && cfg.Serve {
-			keep = c // serve the first (default) policy's cluster afterwards
-		} else {
-			c.stop()
+		for _, viaGateway := range []bool{false, true} {
+			if viaGateway && !cfg.Gateway {
+				continue
+			}
+			name, sub := policy, policy
+			if viaGateway {
+				name, sub = policy+"/gw", policy+"-gw"
+			}
+			launched := time.Now()
+			c, err := startDemoCluster(ctx, cfg, policy, filepath.Join(dir, sub), logs)
+			if err != nil {
+				return fmt.Errorf("start cluster for %s: %w", name, err)
+			}
+			// From this cluster's launch to its router offering every node, not since the demo began.
+			fmt.Fprintf(stdout, "[%s] cluster ready in %.1fs (router %s)\n", name, time.Since(launched).Seconds(), c.httpAddr)
+			var s loadgen.Summary
+			if viaGateway {
+				s, err = replayGateway(ctx, cfg, c, name, reqs, stdout)
+			} else {
+				s, err = replay(ctx, cfg, c, name, "http://"+c.httpAddr, reqs, stdout)
+			}
+			if err != nil {
+				c.stop()
+				return err
+			}
+			sums, names = append(sums, s), append(names, name)
+			if i == 0 && !viaGateway && cfg.Serve {
+				keep = c // serve the first (default) policy's cluster afterwards
+			} else {
+				c.stop()
+			}
 		}
 	}
 	fmt.Fprintf(stdout, "\nresults (%d requests each, %.0fs in all)\n", len(reqs), time.Since(started).Seconds())
-	loadgen.WriteTable(stdout, cfg.Policies, sums)
+	loadgen.WriteTable(stdout, names, sums)
 	fmt.Fprint(stdout, estimateNote)
 	for i, s := range sums {
 		if s.Errors > 0 {
-			fmt.Fprintf(stdout, "%s: %d errors, first: %s\n", cfg.Policies[i], s.Errors, s.FirstErrorMessage)
+			fmt.Fprintf(stdout, "%s: %d errors, first: %s\n", names[i], s.Errors, s.FirstErrorMessage)
 		}
 	}
 	if keep == nil {
@@ -198,12 +221,13 @@ the request arrives (a block evicted after its summary, or a prefill not finishe
 be the lower of the two while its estimates matter far more; the MAE row says by how many tokens they miss.
 `
 
-// replay sends the requests through c's front door, printing progress every two seconds.
-func replay(ctx context.Context, cfg demoConfig, c *demoCluster, policy string, reqs []loadgen.Request, stdout io.Writer) (loadgen.Summary, error) {
+// replay sends the requests to base (c's front door, or a gateway in front of it), printing
+// progress every two seconds.
+func replay(ctx context.Context, cfg demoConfig, c *demoCluster, policy, base string, reqs []loadgen.Request, stdout io.Writer) (loadgen.Summary, error) {
 	var mu sync.Mutex // guards last and the progress line
 	last := time.Now()
 	begin := last
-	lc := loadgen.Config{BaseURL: "http://" + c.httpAddr, Model: "prefixmesh-sim", Concurrency: 64, Speed: cfg.Speed,
+	lc := loadgen.Config{BaseURL: base, Model: "prefixmesh-sim", Concurrency: 64, Speed: cfg.Speed,
 		Progress: func(done, total int) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -32,6 +32,7 @@ type demoCluster struct {
 	failure  error
 	httpAddr string
 	grpcAddr string
+	eppAddr  string     // the endpoint picker's (ext_proc) address, with demoConfig.Gateway
 	nodes    []demoNode // filled once every node agent has written its addresses
 }
 
@@ -49,22 +50,24 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 	c := &demoCluster{cancel: cancel}
 	logs = &lockedWriter{w: logs}
 	routerAddrs := filepath.Join(dir, "router.addr")
-	c.run("router", func() int {
-		return routerd.Main(ctx, []string{
-			"--node-id=router-" + policy, "--policy=" + policy, "--log-level=warn",
-			"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
-			// Loopback only, one process: the demo skips the gossip key a real cluster must have.
-			"--insecure-gossip",
-			"--raft-listen=127.0.0.1:0", "--raft-dir=" + filepath.Join(dir, "raft"),
-			"--drain-timeout=5s", "--addr-file=" + routerAddrs,
-		}, io.Discard, logs)
-	})
+	routerArgs := []string{
+		"--node-id=router-" + policy, "--policy=" + policy, "--log-level=warn",
+		"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
+		// Loopback only, one process: the demo skips the gossip key a real cluster must have.
+		"--insecure-gossip",
+		"--raft-listen=127.0.0.1:0", "--raft-dir=" + filepath.Join(dir, "raft"),
+		"--drain-timeout=5s", "--addr-file=" + routerAddrs,
+	}
+	if cfg.Gateway {
+		routerArgs = append(routerArgs, "--ext-proc-listen=127.0.0.1:0")
+	}
+	c.run("router", func() int { return routerd.Main(ctx, routerArgs, io.Discard, logs) })
 	addrs, err := waitAddrFile(ctx, routerAddrs, c)
 	if err != nil {
 		c.stop()
 		return nil, err
 	}
-	c.httpAddr, c.grpcAddr = addrs["http"], addrs["grpc"]
+	c.httpAddr, c.grpcAddr, c.eppAddr = addrs["http"], addrs["grpc"], addrs["extproc"]
 	// Each node is the production pair: an engine (the simulated engine, a faithful vLLM that
 	// publishes its cache changes as vLLM KV events with replay, outside the cluster) and a node
 	// agent in --engine vllm mode beside it that mirrors the engine's cache from those events and

@@ -54,3 +54,32 @@ func TestDemoFlags(t *testing.T) {
 		t.Fatalf("quick config %+v\nwant the full run %+v with time compressed %d×", cfg, full, quickCompress)
 	}
 }
+
+// TestDemoGateway runs the demo's gateway mode: the prefixmesh policy through the front door and
+// through the fake gateway in front of the endpoint picker, each on a fresh cluster; both answer
+// every request and the gateway's run reports the picker's estimate accuracy.
+func TestDemoGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two small clusters")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	args := []string{"--quick", "--gateway", "--policies=prefixmesh", "--nodes=2", "--requests=24", "--speed=8",
+		"--trace=" + filepath.Join(t.TempDir(), "absent.jsonl"), "--prefill-tokens-per-s=200000"}
+	if code := runDemo(ctx, args, &out, &errb); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{"[prefixmesh/gw] fake gateway on", "[prefixmesh/gw] 24/24 requests done", "prefixmesh/gw"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if m := regexp.MustCompile(`requests \(errors\)\s+24 \(0\)\s+24 \(0\)`).FindString(s); m == "" {
+		t.Errorf("requests failed:\n%s", s)
+	}
+	if m := regexp.MustCompile(`estimate exact\s+\S+% of \d+\s+\d+\.\d% of [1-9]`).FindString(s); m == "" {
+		t.Errorf("no estimate accuracy for the gateway's run:\n%s", s)
+	}
+}

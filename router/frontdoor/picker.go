@@ -25,6 +25,9 @@ type PickRequest struct {
 	AdapterID  uint64   // 0 = base model
 	Model      string   // the base model ("" = any node)
 	SessionKey uint64   // 0 = none
+	// Alternates asks for up to this many next-best nodes in Pick.Alternates (a gateway's
+	// fallback list); 0, the front door's case, asks for none and allocates nothing.
+	Alternates int
 }
 
 // Pick is a routing decision. Done must be called exactly once, when the request has ended (it
@@ -40,8 +43,12 @@ type Pick struct {
 	// ExpectedTTFT is the node's expected time to first token for this request (ExpectedTTFT);
 	// the front door derives its first-byte deadline from it (0: Config.FirstByteFloor).
 	ExpectedTTFT time.Duration
-	Done         func(Outcome)
-	FirstToken   func()
+	// Alternates are the engine URLs of the next-best candidates, best first, when
+	// PickRequest.Alternates asked for them: nothing is committed on them (a gateway retries on
+	// them on its own; the in-flight count stays on NodeID).
+	Alternates []string
+	Done       func(Outcome)
+	FirstToken func()
 }
 
 // Outcome is how a routed request ended.

@@ -1,9 +1,11 @@
 package frontdoor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -162,7 +164,12 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 	t := c.Ticket
 	// The first-byte deadline (deadline.go) scales with the chosen node's expected TTFT.
 	ttft := ExpectedTTFT(&sc.nodes[c.Node], len(req.Tokens)-c.MatchedTokens)
+	var alts []string
+	if req.Alternates > 0 {
+		alts = alternates(c, sc.urls, req.Alternates)
+	}
 	return Pick{
+		Alternates:             alts,
 		NodeID:                 sc.nodes[c.Node].ID,
 		EngineURL:              sc.urls[c.Node],
 		EstimatedMatchedTokens: c.MatchedTokens,
@@ -174,4 +181,21 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 		},
 		FirstToken: func() { t.FirstToken(p.now()) },
 	}, nil
+}
+
+// alternates lists up to n engine URLs of c's candidates other than the chosen one, by the
+// policy's score (lower is better), leaving out those a guard excluded (+Inf).
+func alternates(c *routing.Choice, urls []string, n int) []string {
+	cands := make([]routing.Candidate, 0, len(c.Candidates))
+	for _, cd := range c.Candidates {
+		if cd.Node != c.Node && !math.IsInf(cd.Score, 1) && !math.IsNaN(cd.Score) {
+			cands = append(cands, cd)
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b routing.Candidate) int { return cmp.Compare(a.Score, b.Score) })
+	out := make([]string, 0, min(n, len(cands)))
+	for _, cd := range cands[:min(n, len(cands))] {
+		out = append(out, urls[cd.Node])
+	}
+	return out
 }

@@ -39,6 +39,8 @@ type ServeConfig struct {
 	// HTTPListen serves the OpenAI-compatible front door, /metrics and /healthz. Default
 	// 0.0.0.0:8081 (8080 is the node's engine).
 	HTTPListen string
+	// ExtProc configures the inference gateway endpoint picker (serve_extproc.go).
+	ExtProc ExtProcConfig
 	// NodeID names this router in gossip and Raft. Default: the hostname (the pod name under
 	// Kubernetes, stable across restarts in a StatefulSet, as a Raft server id must be).
 	NodeID string
@@ -221,6 +223,9 @@ func (c ServeConfig) Validate() error {
 			return bad("%s %q: want host:port", f.flag, f.addr)
 		}
 	}
+	if err := c.validateExtProc(); err != nil {
+		return err
+	}
 	if c.MetricsListen != "" && !strings.Contains(c.MetricsListen, ":") {
 		return bad("--metrics-listen %q: want host:port", c.MetricsListen)
 	}
@@ -355,6 +360,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
 	fs.BoolVar(&cfg.InsecureGRPC, "insecure-grpc", cfg.InsecureGRPC, "allow plaintext gRPC on a non-loopback --grpc-listen without --tls-cert (never in production)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "serve /metrics on this `host:port` instead of --http-listen")
+	addExtProcFlags(fs, cfg)
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")

@@ -22,6 +22,9 @@ type servingState struct {
 	ready  *atomic.Bool
 	agent  *cluster.Agent
 	logger *slog.Logger
+	// onServing, when set before follow starts, hears every change of the verdict (the
+	// endpoint picker's readiness follows the router's). Called under mu.
+	onServing func(serving bool)
 
 	mu                                    sync.Mutex // guards the fields below
 	gossipOK, synced, serving, everServed bool
@@ -60,6 +63,9 @@ func (s *servingState) applyLocked() {
 	s.h.SetServingStatus("", st)
 	s.h.SetServingStatus(pb.Router_ServiceDesc.ServiceName, st)
 	s.ready.Store(ok)
+	if s.onServing != nil {
+		s.onServing(ok)
+	}
 	if ok && !s.everServed {
 		s.logger.Info("serving", "nodes", len(s.agent.Mirror().Nodes()))
 	}

@@ -37,6 +37,7 @@ func TestHelmFlags(t *testing.T) {
 		"one replica, insecure": append(append(append([]string{}, common...), "--insecure-gossip"), "--raft-bootstrap-expect=1", "--raft-listen=:7000"),
 		"front door deadlines": {"--insecure-gossip", "--body-timeout=5s", "--first-byte-timeout-floor=1s",
 			"--first-byte-timeout-ceiling=30s", "--stream-idle-timeout=2m", "--cors-allow-origins=https://a.example, *"},
+		"endpoint picker":         {"--insecure-gossip", "--ext-proc-listen=:9002", "--ext-proc-fallbacks=2", "--ext-proc-self-signed"},
 		"front door and upstream": {"--insecure-gossip", "--max-inflight=10", "--upstream-tls-ca=" + ca, "--http-tls-cert=" + cert, "--http-tls-key=" + key},
 	}
 	for name, flags := range cases {

@@ -201,8 +201,18 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// 5b. The inference gateway's endpoint picker (off unless --ext-proc-listen): the front
+	// door's decision path behind ext_proc.
+	epp, err := newEndpointPicker(cfg, fd, agent.Mirror(), conns, reg, logger.With("component", "extproc"))
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
 	state := &servingState{h: healthSrv, ready: &ready, agent: agent, logger: logger}
+	if epp != nil {
+		undo = append(undo, func() { epp.srv.Stop(); _ = epp.lis.Close() })
+		state.onServing = epp.epp.SetReady
+	}
 	httpSrv := httpServer(ctx, fd, reg, metricsLis == nil, &ready, state.gate.NotServing, plaintext, logger)
 	var metricsSrv *http.Server
 	if metricsLis != nil {
@@ -218,7 +228,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	undo = append(undo, sharer.Close)
 	fd.start(ctx)
 	undo = append(undo, func() { _ = fd.Shutdown(context.Background()) })
-	served := make(chan error, 3)
+	served := make(chan error, 4) // http, metrics, grpc, ext-proc
 	go func() { served <- serveErr("http", serveHTTP(httpSrv, httpLis)) }()
 	undo = append(undo, func() { _ = httpSrv.Close(); <-served })
 	pending := 2 // servers whose exit the drain waits for
@@ -243,6 +253,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	if metricsLis != nil {
 		addrs = append(addrs, "metrics="+metricsLis.Addr().String())
 	}
+	if epp != nil {
+		addrs = append(addrs, "extproc="+epp.addr())
+	}
 	if cfg.AddrFile != "" {
 		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
 			logger.Error("write addr file", "err", err)
@@ -259,6 +272,10 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	plane.register(grpcSrv, tokenize)
 	plane.start(ctx, agent)
 	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
+	if epp != nil {
+		epp.serve(served)
+		pending++
+	}
 	undo = nil // from here on, the drain below stops everything
 
 	// 7. SERVING once every node we know has been synced (and, with seeds, once we know someone),
@@ -289,6 +306,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	defer cancel()
 	if err := fd.Shutdown(drainCtx); err != nil {
 		logger.Warn("front door drain incomplete", "err", err)
+	}
+	if epp != nil {
+		epp.shutdown(drainCtx, logger)
 	}
 	plane.stopLoop() // no reconcile against a membership we are leaving
 	sharer.Close()   // the front door is drained: nothing left to tell the other routers

@@ -6,6 +6,8 @@
 // --validate-only. It is its own module so the main module's go.sum stays free of Kubernetes.
 //
 // Usage: chartcheck -manifests rendered.yaml -flags-dir DIR
+//
+//	chartcheck -envoy deploy/envoy/envoy.yaml (an Envoy bootstrap, decoded into Envoy's protos)
 package main
 
 import (
@@ -29,7 +31,16 @@ func main() {
 	flagsDir := flag.String("flags-dir", "", "directory to write node.args and router.args into")
 	root := flag.String("files-root", "", "rewrite "+mountRoot+" paths under this directory and create the mounted files there")
 	domain := flag.String("cluster-domain", "", "the clusterDomain the chart was rendered with: Raft and gossip addresses must use it")
+	envoy := flag.String("envoy", "", "instead, check this Envoy bootstrap (deploy/envoy) against Envoy's protos")
 	flag.Parse()
+	if *envoy != "" {
+		if err := checkEnvoy(*envoy); err != nil {
+			fmt.Fprintln(os.Stderr, "chartcheck:", err)
+			os.Exit(1)
+		}
+		fmt.Println("chartcheck: envoy bootstrap ok")
+		return
+	}
 	if err := run(*manifests, *flagsDir, *root, *domain); err != nil {
 		fmt.Fprintln(os.Stderr, "chartcheck:", err)
 		os.Exit(1)
@@ -53,6 +64,9 @@ func run(path, flagsDir, root, domain string) error {
 		configMaps   []corev1.ConfigMap
 		statefulSets []appsv1.StatefulSet
 		daemonSets   []appsv1.DaemonSet
+		services     []corev1.Service
+		pools        []inferencePool
+		routes       []httpRoute
 		kinds        = map[string]int{}
 	)
 	for i, doc := range splitDocs(raw) {
@@ -70,7 +84,17 @@ func run(path, flagsDir, root, domain string) error {
 		case "Secret":
 			err = yaml.UnmarshalStrict(doc, &corev1.Secret{})
 		case "Service":
-			err = yaml.UnmarshalStrict(doc, &corev1.Service{})
+			var o corev1.Service
+			err = yaml.UnmarshalStrict(doc, &o)
+			services = append(services, o)
+		case "InferencePool":
+			var o inferencePool
+			o, err = decodePool(doc)
+			pools = append(pools, o)
+		case "HTTPRoute":
+			var o httpRoute
+			o, err = decodeRoute(doc)
+			routes = append(routes, o)
 		case "ServiceAccount":
 			err = yaml.UnmarshalStrict(doc, &corev1.ServiceAccount{})
 		case "StatefulSet":
@@ -101,6 +125,9 @@ func run(path, flagsDir, root, domain string) error {
 		return errors.New("router StatefulSet has no data volume for Raft")
 	}
 	if err := checkPod("router", router.Spec.Template.Spec, flagFiles, "router.flags", filepath.Join(flagsDir, "router.args"), root); err != nil {
+		return err
+	}
+	if err := checkGateway(pools, routes, services, router, daemonSets, flagFiles["router.flags"]); err != nil {
 		return err
 	}
 	for _, ds := range daemonSets {

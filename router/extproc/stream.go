@@ -1,0 +1,381 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	procv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+)
+
+// stream is one ext_proc stream's state: one HTTP request, then its response. mu guards every
+// field below s, ctx and send (the reader and the deadline watcher of Process share them).
+type stream struct {
+	mu      sync.Mutex
+	stopped bool // the stream is over: nothing more is handled or sent
+
+	s    *Server
+	ctx  context.Context
+	send func(*extprocv3.ProcessingResponse) error
+
+	reqMode, respMode procv3.ProcessingMode_BodySendMode
+	overCap           bool // one stream more than MaxStreams: refused at its first message
+	first             bool // the first message was seen
+
+	path       string
+	header     http.Header // the request headers the picker reads
+	subset     []string
+	haveSubset bool
+
+	body          []byte // the request body so far, counted in s.buffered; pooled (body.go)
+	held          int64
+	contentLength int // the request's Content-Length, 0 if none
+
+	pick        *frontdoor.GatewayPick
+	dest        string // the destination list answered
+	primary     string // its first endpoint
+	pickedAt    time.Time
+	requestDone bool // the request phase is answered (routed or refused)
+	respHeaders bool // the response headers were seen
+	ended       bool // the pick was ended
+}
+
+// handle processes one message; done says the stream has nothing more to do (an immediate
+// response was sent). An error is a failed send: the stream is broken.
+func (st *stream) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
+	if !st.first {
+		st.first = true
+		if pc := req.GetProtocolConfig(); pc != nil {
+			st.reqMode, st.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+		}
+		if st.overCap {
+			st.s.met.streamErrors.WithLabelValues("too_many_streams").Inc()
+			return true, st.send(immediate(typev3.StatusCode_TooManyRequests, "router_overloaded",
+				fmt.Sprintf("the endpoint picker has %d streams open, its limit; retry later", st.s.cfg.MaxStreams)))
+		}
+	}
+	if req.GetObservabilityMode() {
+		// Nothing may be answered: a gateway in observability mode ignores every response and
+		// cannot route on one. Read nothing, change nothing.
+		return false, nil
+	}
+	switch v := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.requestHeaders(req, v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if !st.requestDone && st.reqMode == procv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+			// The body ended with trailers rather than end_of_stream.
+			if done, err := st.route(true, false); done || err != nil {
+				return done, err
+			}
+		}
+		return false, st.send(trailersResponse(true))
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, st.responseHeaders(req, v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, st.responseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		st.end(nil)
+		return false, st.send(trailersResponse(false))
+	}
+	return false, nil // flow-control messages and future kinds need no answer
+}
+
+func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
+	if st.requestDone || st.path != "" {
+		st.s.met.streamErrors.WithLabelValues("protocol").Inc()
+		return true, st.send(immediate(typev3.StatusCode_BadRequest, "protocol", "request headers arrived twice on one stream"))
+	}
+	hm := h.GetHeaders()
+	st.path = headerValue(hm, ":path")
+	if st.path == "" {
+		st.path = "/"
+	}
+	st.header = http.Header{}
+	if v := headerValue(hm, frontdoor.HeaderSessionID); v != "" {
+		st.header.Set(frontdoor.HeaderSessionID, v)
+	}
+	st.subset, st.haveSubset = subsetHint(req.GetMetadataContext())
+	if n, err := strconv.Atoi(headerValue(hm, "content-length")); err == nil && n > 0 {
+		st.contentLength = n // a capacity hint only: the body's own end decides
+	}
+	switch {
+	case h.GetEndOfStream():
+		// No body: routed by load (GIE routes these to any ready endpoint).
+		return st.route(false, false)
+	case st.reqMode == procv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		return false, nil // held until the body ends
+	case st.reqMode == procv3.ProcessingMode_BUFFERED || st.reqMode == procv3.ProcessingMode_BUFFERED_PARTIAL:
+		// Envoy sends a buffered body only once the headers are answered.
+		return false, st.send(headersResponse(true, "", -1))
+	default:
+		// STREAMED, NONE: the headers go upstream before the body is seen.
+		return st.route(false, false)
+	}
+}
+
+func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
+	if st.requestDone {
+		// STREAMED after a pick at the headers: every chunk is answered, unchanged.
+		return false, st.send(plainBodyResponse(true))
+	}
+	chunk := b.GetBody()
+	if len(st.body)+len(chunk) > st.s.cfg.MaxBodyBytes {
+		st.s.met.streamErrors.WithLabelValues("too_large").Inc()
+		st.requestDone = true
+		return true, st.send(immediate(typev3.StatusCode_PayloadTooLarge, "request_too_large",
+			fmt.Sprintf("request body exceeds %d bytes", st.s.cfg.MaxBodyBytes)))
+	}
+	if n := int64(len(chunk)); n > 0 {
+		if st.s.buffered.Add(n) > st.s.cfg.MaxBufferedBytes {
+			st.s.buffered.Add(-n)
+			st.s.met.streamErrors.WithLabelValues("busy").Inc()
+			st.requestDone = true
+			return true, st.send(immediate(typev3.StatusCode_TooManyRequests, "router_overloaded",
+				"the endpoint picker holds as many request bodies as it may; retry later"))
+		}
+		st.held += n
+		st.s.met.buffered.Add(float64(n))
+		if st.body == nil {
+			st.body = getBody(max(st.contentLength, len(chunk)), st.s.cfg.MaxBodyBytes)
+		}
+		st.body = append(st.body, chunk...)
+	}
+	switch st.reqMode {
+	case procv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		if !b.GetEndOfStream() {
+			return false, nil
+		}
+		return st.route(true, true)
+	default: // BUFFERED, BUFFERED_PARTIAL: the one body message (partial: what fit)
+		return st.route(true, true)
+	}
+}
+
+// route picks for the request as received and answers it: for a body seen in
+// FULL_DUPLEX_STREAMED, the held headers response and then the body; in BUFFERED, the body
+// response; without a body, the headers response. eos says the body ended (not trailers).
+func (st *stream) route(withBody, eos bool) (bool, error) {
+	st.requestDone = true
+	defer st.release()
+	var body []byte
+	if withBody {
+		body = st.body
+	}
+	start := time.Now()
+	exclude, ok := st.exclusions()
+	if !ok {
+		st.s.met.decisions.WithLabelValues("subset_empty").Inc()
+		return true, st.send(immediate(typev3.StatusCode_ServiceUnavailable, "no_nodes_available",
+			"no endpoint of the gateway's subset hint can serve this request"))
+	}
+	pk, err := st.s.picker.PickForGateway(st.ctx, &frontdoor.GatewayRequest{Path: st.path, Header: st.header, Body: body,
+		Exclude: exclude, Alternates: st.s.cfg.Fallbacks})
+	if err != nil {
+		if errors.Is(err, frontdoor.ErrOverloaded) {
+			st.s.met.decisions.WithLabelValues("overloaded").Inc()
+			return true, st.send(immediate(typev3.StatusCode_TooManyRequests, "router_overloaded",
+				"every node that can serve this request is at its load bound; retry later"))
+		}
+		st.s.met.decisions.WithLabelValues("no_nodes").Inc()
+		return true, st.send(immediate(typev3.StatusCode_ServiceUnavailable, "no_nodes_available", "no node can serve this request: "+err.Error()))
+	}
+	st.primary = endpointOf(pk.EngineURL)
+	if st.primary == "" {
+		pk.Done(frontdoor.Outcome{CachedTokens: -1})
+		st.s.met.decisions.WithLabelValues("no_nodes").Inc()
+		return true, st.send(immediate(typev3.StatusCode_ServiceUnavailable, "no_nodes_available",
+			fmt.Sprintf("node %s announces an engine URL without an address: %q", pk.NodeID, pk.EngineURL)))
+	}
+	st.pick, st.pickedAt = pk, time.Now()
+	st.dest = st.primary
+	for _, u := range pk.Alternates {
+		if e := endpointOf(u); e != "" && !strings.Contains(","+st.dest+",", ","+e+",") {
+			st.dest += "," + e
+		}
+	}
+	result := "prefix"
+	if pk.PromptTokens < 0 {
+		result = "load"
+	}
+	st.s.met.decisions.WithLabelValues(result).Inc()
+	st.s.met.decideSecs.Observe(time.Since(start).Seconds())
+	switch {
+	case !withBody:
+		err = st.send(headersResponse(true, st.dest, -1))
+	case st.reqMode == procv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		if err = st.send(headersResponse(true, st.dest, len(body))); err == nil {
+			err = streamedBodyResponses(true, body, eos, st.send)
+		}
+	default:
+		err = st.send(bufferedBodyResponse(st.dest))
+	}
+	answered := time.Since(start)
+	st.s.met.answerSecs.Observe(answered.Seconds())
+	if st.s.observeAnswer != nil {
+		st.s.observeAnswer(answered)
+	}
+	return false, err
+}
+
+// exclusions turns the subset hint into node ids the picker must leave out; ok is false when
+// the hint names no node the router knows.
+func (st *stream) exclusions() (exclude []string, ok bool) {
+	if !st.haveSubset {
+		return nil, true
+	}
+	some := false
+	for _, n := range st.s.nodes.Nodes() {
+		in := false
+		e := endpointOf(n.EngineURL)
+		for _, want := range st.subset {
+			if want == e {
+				in = true
+				break
+			}
+		}
+		if in {
+			some = true
+		} else {
+			exclude = append(exclude, n.Info.ID)
+		}
+	}
+	return exclude, some
+}
+
+// release gives back the request body's bytes: once routed, the body went back to the gateway.
+func (st *stream) release() {
+	if st.held > 0 {
+		st.s.buffered.Add(-st.held)
+		st.s.met.buffered.Sub(float64(st.held))
+		st.held = 0
+	}
+	putBody(st.body)
+	st.body = nil
+}
+
+func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	st.respHeaders = true
+	if st.pick != nil && !st.ended {
+		hm := h.GetHeaders()
+		code, _ := strconv.Atoi(headerValue(hm, ":status"))
+		rh := http.Header{}
+		rh.Set("Content-Type", headerValue(hm, "content-type"))
+		if v := headerValue(hm, frontdoor.HeaderCachedTokens); v != "" {
+			rh.Set(frontdoor.HeaderCachedTokens, v)
+		}
+		st.pick.ResponseHeaders(code, rh, st.servedNode(metadataString(req.GetMetadataContext(), MetadataNamespace, KeyServed)))
+	}
+	if err := st.send(headersResponse(false, "", -1)); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() {
+		st.end(nil)
+	}
+	return nil
+}
+
+// servedNode maps the served endpoint the gateway reports to a node id: "" when it did not
+// report one, the pick's own node for its endpoint, the id of the node another endpoint
+// belongs to, or the endpoint itself when no known node has it (still "elsewhere").
+func (st *stream) servedNode(served string) string {
+	served = strings.TrimSpace(served)
+	if served == "" {
+		return ""
+	}
+	if served == st.primary {
+		return st.pick.NodeID
+	}
+	for _, n := range st.s.nodes.Nodes() {
+		if endpointOf(n.EngineURL) == served {
+			return n.Info.ID
+		}
+	}
+	return served
+}
+
+func (st *stream) responseBody(b *extprocv3.HttpBody) error {
+	if st.pick != nil && !st.ended {
+		st.pick.ResponseBody(b.GetBody())
+	}
+	var err error
+	if st.respMode == procv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		err = streamedBodyResponses(false, b.GetBody(), b.GetEndOfStream(), st.send)
+	} else {
+		err = st.send(plainBodyResponse(false))
+	}
+	if b.GetEndOfStream() {
+		st.end(nil)
+	}
+	return err
+}
+
+// end ends the pick once and records its outcome.
+func (st *stream) end(err error) {
+	if st.pick == nil || st.ended {
+		return
+	}
+	st.ended = true
+	pk := st.pick
+	o := pk.End(err)
+	met := st.s.met
+	class := "none"
+	switch {
+	case pk.ServedElsewhere():
+		class = "served_elsewhere"
+	case o.Status >= 500:
+		class = "5xx"
+	case o.Status >= 400:
+		class = "4xx"
+	case o.Status > 0:
+		class = "2xx"
+	}
+	met.outcomes.WithLabelValues(class).Inc()
+	if class == "2xx" {
+		if o.TTFT > 0 {
+			met.ttft.Observe(o.TTFT.Seconds())
+		}
+		if o.CachedTokens >= 0 && pk.PromptTokens >= 0 {
+			met.estimateSeen.Inc()
+			diff := pk.EstimatedMatchedTokens - o.CachedTokens
+			if diff == 0 {
+				met.estimateExact.Inc()
+			}
+			met.estimateError.Observe(float64(max(diff, -diff)))
+		}
+	}
+	st.s.log.Debug("request", "path", st.path, "node", pk.NodeID, "dest", st.dest, "policy", pk.Policy, "reason", pk.Reason,
+		"prompt_tokens", pk.PromptTokens, "estimate", pk.EstimatedMatchedTokens, "cached_tokens", o.CachedTokens,
+		"status", o.Status, "outcome", class, "ttft", o.TTFT, "latency", time.Since(st.pickedAt), "err", o.Err)
+}
+
+// closed handles the gateway's end of the stream: with response_body_mode NONE the response
+// headers were the last message a gateway sends, and its closing the stream is the response's
+// end; otherwise a close before the response ended cuts it.
+func (st *stream) closed() {
+	if st.respHeaders && st.respMode == procv3.ProcessingMode_NONE {
+		st.end(nil)
+		return
+	}
+	st.abort(errStreamClosed)
+}
+
+// abort ends the stream's pick (if any) with err and releases what the stream holds.
+func (st *stream) abort(err error) { st.end(err) }
+
+// close is the stream's last act: whatever is still open ends as the stream did.
+func (st *stream) close() {
+	st.end(errStreamClosed)
+	st.release()
+}

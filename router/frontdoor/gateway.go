@@ -1,0 +1,189 @@
+package frontdoor
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prefixmesh/prefixmesh/internal/openai"
+)
+
+// GatewayRequest is a request that a gateway proxies itself and only asks the router where to
+// send (the ext_proc endpoint picker, router/extproc): the same parse, tokenizer and Picker as
+// the front door's own requests, but nothing is proxied here and nothing is refused for its
+// shape.
+type GatewayRequest struct {
+	Path   string      // the request's :path; a query string is ignored
+	Header http.Header // read for X-Session-ID; may be nil
+	Body   []byte      // the whole body; nil or empty for a request without one
+	// Exclude lists node ids the picker must not choose (a gateway's subset hint, inverted).
+	Exclude []string
+	// Alternates asks for up to this many next-best nodes (the gateway's fallback list).
+	Alternates int
+}
+
+// GatewayPick is a decision taken for a gateway. The gateway's response passes through the
+// caller, which shows it here (ResponseHeaders, ResponseBody) and ends it exactly once (End):
+// that closes the loop as the front door's proxy does: the in-flight count, the overlay's
+// pending prefix at the first token, the engine's cached_tokens and passive health.
+type GatewayPick struct {
+	Pick
+	// PromptTokens is the prompt's length in tokens, -1 when the request was routed by load
+	// alone (no body, not an OpenAI generation request, or a prompt that cannot be tokenised
+	// exactly here).
+	PromptTokens int
+	// Stream is the request's stream flag (false when the body was not parsed).
+	Stream bool
+
+	s     *Server
+	start time.Time
+
+	mu      sync.Mutex // guards everything below
+	status  int
+	headAt  time.Duration
+	obs     *observer
+	servedB string // the node id that served, when the gateway said so
+	ended   bool
+}
+
+// errServedElsewhere ends a pick whose request the gateway sent to another node (a fallback).
+var errServedElsewhere = errors.New("frontdoor: the gateway served the request on another node")
+
+// PickForGateway decides where a gateway should send r. It returns ErrOverloaded when every
+// candidate is at its load bound and an error wrapping ErrNoNodes when no node can serve; it
+// never fails for the body's content: a request it cannot read as an OpenAI generation request
+// (or whose prompt it cannot tokenise exactly) is routed by load alone, and the engine answers
+// it as it would anyway.
+func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*GatewayPick, error) {
+	start := time.Now()
+	preq := PickRequest{Alternates: r.Alternates}
+	prompt, stream := -1, false
+	path, _, _ := strings.Cut(r.Path, "?")
+	chat := path == "/v1/chat/completions"
+	if len(r.Body) > 0 && (chat || path == "/v1/completions") {
+		h := r.Header
+		if h == nil {
+			h = http.Header{}
+		}
+		if g, err := parseGen(r.Body, chat, h); err == nil {
+			if g.tokens != nil {
+				// Read only until Pick returns (it does not keep them).
+				defer openai.ReleaseIDs(g.tokens)
+			}
+			stream = g.stream
+			preq.SessionKey = g.session
+			base, adapter, err := resolveModel(s.picker.Models(), g.model, derefU64(g.adapterField), g.adapterField != nil)
+			if err == nil {
+				preq.Model, preq.AdapterID = base, adapter
+				if g.batch == nil {
+					// A batch goes to one node as it is (the gateway cannot split it):
+					// by load, within its model.
+					if toks, terr := s.tok.tokens(ctx, g, base); terr == nil && toks != nil {
+						preq.Tokens, prompt = toks, len(toks)
+					}
+				}
+			}
+		}
+	}
+	pk, err := s.picker.Pick(ctx, &preq, r.Exclude)
+	if err != nil {
+		return nil, err
+	}
+	return &GatewayPick{Pick: pk, PromptTokens: prompt, Stream: stream, s: s, start: start}, nil
+}
+
+// ResponseHeaders records the engine's response status and headers as the gateway relays them
+// (servedBy is the node id the gateway says served the request, "" when it did not say).
+func (g *GatewayPick) ResponseHeaders(status int, h http.Header, servedBy string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended || g.obs != nil {
+		return
+	}
+	g.status, g.headAt, g.servedB = status, time.Since(g.start), servedBy
+	cached := -1
+	if c, err := strconv.Atoi(h.Get(HeaderCachedTokens)); err == nil {
+		cached = c
+	}
+	first := g.FirstToken
+	if servedBy != "" && servedBy != g.NodeID {
+		first = nil // the prefix went elsewhere: the overlay's pending record is dropped at End
+	}
+	g.obs = newObserver(strings.HasPrefix(h.Get("Content-Type"), "text/event-stream"), g.start, cached, first)
+}
+
+// ResponseBody shows a piece of the response body, as relayed, to the observer that reads the
+// first token and cached_tokens; it never changes a byte.
+func (g *GatewayPick) ResponseBody(p []byte) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended || g.obs == nil {
+		return
+	}
+	g.obs.write(p)
+}
+
+// End ends the request, once (later calls return the zero Outcome): err is nil when the
+// response ended as the gateway relayed it, else why the stream stopped (the client went away,
+// the gateway reset the stream, a deadline). It returns the outcome as recorded.
+func (g *GatewayPick) End(err error) Outcome {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		return Outcome{}
+	}
+	g.ended = true
+	o := Outcome{Status: g.status, Err: err, CachedTokens: -1, Latency: time.Since(g.start)}
+	if g.obs != nil {
+		g.obs.finish()
+		o.CachedTokens, o.TTFT = g.obs.cached, g.obs.ttft
+		if !g.obs.stream {
+			o.TTFT = g.headAt
+		}
+	}
+	if g.servedB != "" && g.servedB != g.NodeID {
+		// The gateway fell back to another node: this node's pick never ran there. Its
+		// estimate says nothing of the node that served, so no cached_tokens is compared.
+		g.Done(Outcome{Status: 0, Err: errServedElsewhere, CachedTokens: -1, Latency: o.Latency})
+		o.CachedTokens = -1
+		// A gateway moves down the list when the node failed it (connect failure, reset, 5xx:
+		// the retry conditions of GIE's reference config), which is what the front door's
+		// proxy counts against a node before retrying elsewhere.
+		g.s.health.ReportFailure(g.NodeID)
+		g.report(g.servedB, o.Status)
+		return o
+	}
+	if err == nil && o.Status == 0 {
+		o.Err = errNoResponse
+	}
+	g.Done(o)
+	if g.status != 0 {
+		g.report(g.NodeID, o.Status)
+	}
+	return o
+}
+
+// errNoResponse ends a pick whose stream closed before any response came back.
+var errNoResponse = errors.New("frontdoor: the gateway saw no response")
+
+// report feeds passive health as the front door's proxy does: a 5xx counts against the node, a
+// 429 (a busy node) against nothing.
+func (g *GatewayPick) report(node string, status int) {
+	switch {
+	case status >= 500:
+		g.s.health.ReportFailure(node)
+	case status > 0 && status != http.StatusTooManyRequests:
+		g.s.health.ReportSuccess(node)
+	}
+}
+
+// ServedElsewhere reports whether the gateway said another node served the request.
+func (g *GatewayPick) ServedElsewhere() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.servedB != "" && g.servedB != g.NodeID
+}
