@@ -66,269 +66,362 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// Run is the router's life: build in dependency order, health NOT_SERVING until
-// the mirror has synced every node it knows, serve, and on ctx's end drain in reverse within
-// DrainTimeout: NOT_SERVING, the front door finishes its streams, the pin plane stops
-// reconciling, the router leaves gossip, the Raft leader hands over, the servers stop.
+// Run is the router's life, in phases: listen, start the pin plane, build the gossip mirror and
+// the one decision path with its three doors (gRPC Route, the HTTP front door, the gateway's
+// endpoint picker), join and serve with health NOT_SERVING until the mirror has synced every
+// node it knows, and on ctx's end drain in reverse within DrainTimeout: NOT_SERVING, the front
+// door finishes its streams, the pin plane stops reconciling, the router leaves gossip, the
+// Raft leader hands over, the servers stop. A phase that fails undoes what earlier ones started.
 func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tlsCfg, err := loadTLS(cfg)
+	d, err := newRouterd(cfg, stderr)
 	if err != nil {
 		return err
 	}
-	var undo []func() // until the router serves: on a failed or cancelled start, in reverse
-	defer func() {
-		if undo != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-
-	// 1. Listen first: the gRPC address goes into our gossip metadata and the pin store.
-	grpcLis, err := net.Listen("tcp", cfg.GRPCListen)
-	if err != nil {
-		return fmt.Errorf("grpc listen: %w", err)
-	}
-	undo = append(undo, func() { _ = grpcLis.Close() })
-	httpLis, err := net.Listen("tcp", cfg.HTTPListen)
-	if err != nil {
-		return fmt.Errorf("http listen: %w", err)
-	}
-	undo = append(undo, func() { _ = httpLis.Close() })
-	var metricsLis net.Listener
-	if cfg.MetricsListen != "" {
-		if metricsLis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
-			return fmt.Errorf("metrics listen: %w", err)
-		}
-		undo = append(undo, func() { _ = metricsLis.Close() })
-	}
-	var plaintext string
-	if cfg.plaintextGRPC() {
-		plaintext = "gRPC (pin writes, Raft proposals) serves without TLS on " + grpcLis.Addr().String()
-		logger.Warn("plaintext gRPC on a non-loopback address (--insecure-grpc): anyone who reaches it can change pins", "grpc", grpcLis.Addr().String())
-		plaintextGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "prefixmesh_router_grpc_plaintext",
-			Help: "1 when gRPC serves without TLS on a non-loopback address (--insecure-grpc)."})
-		plaintextGauge.Set(1)
-		reg.MustRegister(plaintextGauge)
-	}
-	grpcAddr := cfg.GRPCAdvertise
-	if grpcAddr == "" {
-		// Peers dial this address: a wildcard bind (":7070", as in Kubernetes) is announced with
-		// the gossip advertise host or this host's first private address, never "[::]".
-		grpcAddr = cluster.ReachableAddr(grpcLis.Addr(), advertiseHost(cfg.Gossip.Advertise))
-	}
-
-	// 2. The pin plane: a Raft voter starts here when it needs no peers, so that its Raft
-	// address can go into the gossip metadata.
-	plane, err := newPinPlane(ctx, cfg, grpcAddr, advertiseHost(cfg.Gossip.Advertise), tlsCfg, reg,
-		logger.With("component", "pins"), stderr)
-	if err != nil {
+	defer d.undoStart()
+	defer d.fetcher.Close()
+	if err := d.listen(); err != nil {
 		return err
 	}
-	undo = append(undo, func() { _ = plane.shutdown(context.Background()) })
-
-	// 3. The summary index and the gossip agent that feeds it.
-	icfg := routing.DefaultIndexConfig()
-	icfg.MaxBytes = cfg.IndexMaxBytes
-	idx := routing.NewIndex(icfg)
-	fetcher := cluster.NewGRPCFetcher(tlsCfg.dialOption())
-	defer fetcher.Close()
-	gcfg := cluster.DefaultConfig(cluster.RoleRouter, cfg.NodeID)
-	if err := cfg.Gossip.Apply(&gcfg); err != nil {
+	if err := d.startPinPlane(ctx, stderr); err != nil {
 		return err
 	}
-	gcfg.Meta.GRPCAddr = grpcAddr
-	gcfg.Meta.RaftAddr = plane.raftAddr
-	gcfg.Logger = logger.With("component", "gossip")
-	gcfg.Registry = reg
-	agent, err := cluster.New(gcfg, cluster.Deps{Index: idx, Fetcher: fetcher})
-	if err != nil {
+	if err := d.buildMirror(); err != nil {
 		return err
 	}
-
-	// 4. One decision path for Route and the front door: the same policy instance, overlay and
-	// in-flight counts, whichever door a request comes through.
-	pol, err := routing.NewPolicy(cfg.Policy, cfg.policyConfig())
-	if err != nil {
+	if err := d.buildDecisionPath(); err != nil {
 		return err
 	}
-	decider, err := routing.NewDecider(idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{})
-	if err != nil {
+	if err := d.buildDoors(ctx); err != nil {
 		return err
 	}
-
-	// The other routers hear of every decision and of our in-flight load, and we of theirs.
-	sharer, err := share.New(share.DefaultConfig(cfg.NodeID), decider, agent, reg)
-	if err != nil {
-		return err
-	}
-
-	// Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
-	rcfg := router.DefaultConfig()
-	rcfg.Policy = cfg.Policy
-	rcfg.PolicyConfig = cfg.policyConfig()
-	rcfg.Pins = plane.table
-	rcfg.Decider = decider
-	var tokenize pins.TokenizeFunc
-	if tok, err := tokenizer.New(cfg.Tokenizer); err == nil { // engine and none: token ids only
-		rcfg.Tokenizer = tok
-		tokenize = func(text string) ([]uint32, error) { return tokenizer.EncodePrompt(context.Background(), tok, text) }
-	}
-	routeSrv, err := router.NewServer(router.NewView(agent.Mirror(), idx), rcfg, reg)
-	if err != nil {
-		return err
-	}
-	conns, err := connstats.New(reg) // garbage connections counted, not logged
-	if err != nil {
-		return err
-	}
-	grpcSrv := grpc.NewServer(grpc.Creds(tlsCfg.grpcServerCreds()), grpc.ChainStreamInterceptor(plane.streamGate),
-		grpc.StatsHandler(conns.StatsHandler()))
-	routeSrv.Register(grpcSrv)
-	healthSrv := health.NewServer()
-	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthSrv.SetServingStatus(pb.Router_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
-	reflection.Register(grpcSrv)
-
-	// 5. The OpenAI-compatible front door beside /metrics and /healthz.
-	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, decider, plane.table, reg, logger.With("component", "frontdoor"))
-	if err != nil {
-		return err
-	}
-	// 5b. The inference gateway's endpoint picker (off unless --ext-proc-listen): the front
-	// door's decision path behind ext_proc.
-	epp, err := newEndpointPicker(cfg, fd, agent.Mirror(), conns, reg, logger.With("component", "extproc"))
-	if err != nil {
-		return err
-	}
-	var ready atomic.Bool
-	state := &servingState{h: healthSrv, ready: &ready, agent: agent, logger: logger}
-	if epp != nil {
-		undo = append(undo, func() { epp.srv.Stop(); _ = epp.lis.Close() })
-		state.onServing = epp.epp.SetReady
-	}
-	httpSrv := httpServer(ctx, fd, reg, metricsLis == nil, &ready, state.gate.NotServing, plaintext, logger)
-	var metricsSrv *http.Server
-	if metricsLis != nil {
-		metricsSrv = metricsServer(reg)
-	}
-
-	// 6. Join, start the pin store once its bootstrap peers are known, serve.
-	if err := agent.Start(ctx); err != nil {
-		return err
-	}
-	undo = append(undo, func() { _ = agent.Close(context.Background()) })
-	sharer.Start(ctx)
-	undo = append(undo, sharer.Close)
-	fd.start(ctx)
-	undo = append(undo, func() { _ = fd.Shutdown(context.Background()) })
-	served := make(chan error, 4) // http, metrics, grpc, ext-proc
-	go func() { served <- serveErr("http", serveHTTP(httpSrv, httpLis)) }()
-	undo = append(undo, func() { _ = httpSrv.Close(); <-served })
-	pending := 2 // servers whose exit the drain waits for
-	if metricsSrv != nil {
-		go func() { served <- serveErr("metrics", metricsSrv.Serve(metricsLis)) }()
-		undo = append(undo, func() { _ = metricsSrv.Close(); <-served })
-		pending++
-	}
-	// Health follows gossip from here on (a router stuck waiting for pin store peers
-	// says why on /healthz); SERVING once synced (step 7), and only while gossip is not isolated.
 	waitCtx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
-	var waiters sync.WaitGroup
-	waitGossip := state.follow(waitCtx)
-	undo = append(undo, func() { stopWait(); waitGossip(); waiters.Wait() })
-	raftAddr := plane.raftAddr
-	if raftAddr == "" {
-		raftAddr = "-"
+	if err := d.joinAndServe(ctx, waitCtx, stopWait); err != nil {
+		return err
 	}
-	// Listening: gRPC calls that arrive before Serve (below) wait in the listen backlog.
-	addrs := []string{"grpc=" + grpcLis.Addr().String(), "http=" + httpLis.Addr().String(), "gossip=" + agent.GossipAddr(), "raft=" + raftAddr}
-	if metricsLis != nil {
-		addrs = append(addrs, "metrics="+metricsLis.Addr().String())
-	}
-	if epp != nil {
-		addrs = append(addrs, "extproc="+epp.addr())
-	}
-	if cfg.AddrFile != "" {
-		if err := addrfile.Write(cfg.AddrFile, addrs...); err != nil {
-			logger.Error("write addr file", "err", err)
-		}
-	}
-	logger.Info("listening", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"gossip", agent.GossipAddr(), "raft", plane.raftAddr, "node_id", cfg.NodeID, "policy", cfg.Policy)
-	if err := plane.awaitBootstrap(ctx, agent); err != nil {
+	if err := d.servePins(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting for peers: nothing was served
 		}
 		return err
 	}
-	plane.register(grpcSrv, tokenize)
-	plane.start(ctx, agent)
-	go func() { served <- serveErr("grpc", grpcSrv.Serve(conns.Listener(grpcLis))) }()
-	if epp != nil {
-		epp.serve(served)
-		pending++
-	}
-	undo = nil // from here on, the drain below stops everything
+	d.undo = nil // from here on, drain stops everything
+	d.followSync(waitCtx)
+	runErr := d.wait(ctx)
+	stopWait()
+	return d.drain(runErr)
+}
 
-	// 7. SERVING once every node we know has been synced (and, with seeds, once we know someone),
-	// NOT_SERVING whenever gossip is isolated afterwards.
-	waiters.Go(func() {
-		awaitSync(waitCtx, cfg, agent, logger)
+// routerd is one run of the router daemon: what each phase of Run builds and a later one uses.
+type routerd struct {
+	cfg    ServeConfig
+	logger *slog.Logger
+	reg    *prometheus.Registry
+	tls    tlsSetup
+	undo   []func() // until the router serves: on a failed or cancelled start, in reverse
+
+	// listen
+	grpcLis, httpLis, metricsLis net.Listener
+	grpcAddr                     string // announced in gossip and to the pin store
+	plaintext                    string // why /healthz warns, when gRPC is plaintext on the network
+
+	plane   *pinPlane
+	idx     *routing.Index
+	fetcher *cluster.GRPCFetcher
+	agent   *cluster.Agent
+
+	// the decision path and gRPC
+	decider  *routing.Decider
+	sharer   *share.Sharer
+	tokenize pins.TokenizeFunc
+	conns    *connstats.Counter
+	grpcSrv  *grpc.Server
+	health   *health.Server
+
+	// the HTTP doors
+	fd         *frontDoor
+	epp        *endpointPicker
+	ready      atomic.Bool
+	state      *servingState
+	httpSrv    *http.Server
+	metricsSrv *http.Server
+
+	served     chan error // each server's exit
+	pending    int        // servers whose exit the drain waits for
+	waitGossip func()
+	waiters    sync.WaitGroup
+}
+
+func newRouterd(cfg ServeConfig, stderr io.Writer) (*routerd, error) {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
+	d := &routerd{cfg: cfg, logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		reg: prometheus.NewRegistry(), served: make(chan error, 4)} // http, metrics, grpc, ext-proc
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if d.tls, err = loadTLS(cfg); err != nil {
+		return nil, err
+	}
+	d.fetcher = cluster.NewGRPCFetcher(d.tls.dialOption())
+	return d, nil
+}
+
+// onFail registers what undoes a step, should a later one fail before the router serves.
+func (d *routerd) onFail(f func()) { d.undo = append(d.undo, f) }
+
+func (d *routerd) undoStart() {
+	for i := len(d.undo) - 1; i >= 0; i-- {
+		d.undo[i]()
+	}
+}
+
+// listen binds first: the gRPC address goes into the gossip metadata and the pin store.
+func (d *routerd) listen() error {
+	var err error
+	if d.grpcLis, err = net.Listen("tcp", d.cfg.GRPCListen); err != nil {
+		return fmt.Errorf("grpc listen: %w", err)
+	}
+	d.onFail(func() { _ = d.grpcLis.Close() })
+	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPListen); err != nil {
+		return fmt.Errorf("http listen: %w", err)
+	}
+	d.onFail(func() { _ = d.httpLis.Close() })
+	if d.cfg.MetricsListen != "" {
+		if d.metricsLis, err = net.Listen("tcp", d.cfg.MetricsListen); err != nil {
+			return fmt.Errorf("metrics listen: %w", err)
+		}
+		d.onFail(func() { _ = d.metricsLis.Close() })
+	}
+	if d.cfg.plaintextGRPC() {
+		d.plaintext = "gRPC (pin writes, Raft proposals) serves without TLS on " + d.grpcLis.Addr().String()
+		d.logger.Warn("plaintext gRPC on a non-loopback address (--insecure-grpc): anyone who reaches it can change pins", "grpc", d.grpcLis.Addr().String())
+		plaintextGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "prefixmesh_router_grpc_plaintext",
+			Help: "1 when gRPC serves without TLS on a non-loopback address (--insecure-grpc)."})
+		plaintextGauge.Set(1)
+		d.reg.MustRegister(plaintextGauge)
+	}
+	d.grpcAddr = d.cfg.GRPCAdvertise
+	if d.grpcAddr == "" {
+		// Peers dial this address: a wildcard bind (":7070", as in Kubernetes) is announced with
+		// the gossip advertise host or this host's first private address, never "[::]".
+		d.grpcAddr = cluster.ReachableAddr(d.grpcLis.Addr(), advertiseHost(d.cfg.Gossip.Advertise))
+	}
+	return nil
+}
+
+// startPinPlane starts a Raft voter here when it needs no peers, so that its Raft address can go
+// into the gossip metadata.
+func (d *routerd) startPinPlane(ctx context.Context, stderr io.Writer) error {
+	var err error
+	d.plane, err = newPinPlane(ctx, d.cfg, d.grpcAddr, advertiseHost(d.cfg.Gossip.Advertise), d.tls, d.reg,
+		d.logger.With("component", "pins"), stderr)
+	if err != nil {
+		return err
+	}
+	d.onFail(func() { _ = d.plane.shutdown(context.Background()) })
+	return nil
+}
+
+// buildMirror builds the summary index and the gossip agent that feeds it.
+func (d *routerd) buildMirror() error {
+	icfg := routing.DefaultIndexConfig()
+	icfg.MaxBytes = d.cfg.IndexMaxBytes
+	d.idx = routing.NewIndex(icfg)
+	gcfg := cluster.DefaultConfig(cluster.RoleRouter, d.cfg.NodeID)
+	if err := d.cfg.Gossip.Apply(&gcfg); err != nil {
+		return err
+	}
+	gcfg.Meta.GRPCAddr = d.grpcAddr
+	gcfg.Meta.RaftAddr = d.plane.raftAddr
+	gcfg.Logger = d.logger.With("component", "gossip")
+	gcfg.Registry = d.reg
+	var err error
+	d.agent, err = cluster.New(gcfg, cluster.Deps{Index: d.idx, Fetcher: d.fetcher})
+	return err
+}
+
+// buildDecisionPath builds the one decision path of every door (the same policy instance,
+// overlay and in-flight counts, whichever door a request comes through), the sharing of its
+// decisions with the other routers, and the gRPC server with Route, Pins and health
+// (NOT_SERVING until the mirror has synced).
+func (d *routerd) buildDecisionPath() error {
+	pol, err := routing.NewPolicy(d.cfg.Policy, d.cfg.policyConfig())
+	if err != nil {
+		return err
+	}
+	if d.decider, err = routing.NewDecider(d.idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{}); err != nil {
+		return err
+	}
+	if d.sharer, err = share.New(share.DefaultConfig(d.cfg.NodeID), d.decider, d.agent, d.reg); err != nil {
+		return err
+	}
+	rcfg := router.DefaultConfig()
+	rcfg.Policy = d.cfg.Policy
+	rcfg.PolicyConfig = d.cfg.policyConfig()
+	rcfg.Pins = d.plane.table
+	rcfg.Decider = d.decider
+	if tok, err := tokenizer.New(d.cfg.Tokenizer); err == nil { // engine and none: token ids only
+		rcfg.Tokenizer = tok
+		d.tokenize = func(text string) ([]uint32, error) { return tokenizer.EncodePrompt(context.Background(), tok, text) }
+	}
+	routeSrv, err := router.NewServer(router.NewView(d.agent.Mirror(), d.idx), rcfg, d.reg)
+	if err != nil {
+		return err
+	}
+	if d.conns, err = connstats.New(d.reg); err != nil { // garbage connections counted, not logged
+		return err
+	}
+	d.grpcSrv = grpc.NewServer(grpc.Creds(d.tls.grpcServerCreds()), grpc.ChainStreamInterceptor(d.plane.streamGate),
+		grpc.StatsHandler(d.conns.StatsHandler()))
+	routeSrv.Register(d.grpcSrv)
+	d.health = health.NewServer()
+	d.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	d.health.SetServingStatus(pb.Router_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
+	reflection.Register(d.grpcSrv)
+	return nil
+}
+
+// buildDoors builds the OpenAI-compatible front door (beside /metrics and /healthz) and, with
+// --ext-proc-listen, the inference gateway's endpoint picker on the front door's decision path.
+func (d *routerd) buildDoors(ctx context.Context) error {
+	var err error
+	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, d.reg, d.logger.With("component", "frontdoor")); err != nil {
+		return err
+	}
+	if d.epp, err = newEndpointPicker(d.cfg, d.fd, d.agent.Mirror(), d.conns, d.reg, d.logger.With("component", "extproc")); err != nil {
+		return err
+	}
+	d.state = &servingState{h: d.health, ready: &d.ready, agent: d.agent, logger: d.logger}
+	if d.epp != nil {
+		d.onFail(func() { d.epp.srv.Stop(); _ = d.epp.lis.Close() })
+		d.state.onServing = d.epp.epp.SetReady
+	}
+	d.httpSrv = httpServer(ctx, d.fd, d.reg, d.metricsLis == nil, &d.ready, d.state.gate.NotServing, d.plaintext, d.logger)
+	if d.metricsLis != nil {
+		d.metricsSrv = metricsServer(d.reg)
+	}
+	return nil
+}
+
+// joinAndServe joins gossip, starts sharing and the front door, serves HTTP (health follows
+// gossip from here on: a router stuck waiting for pin store peers says why on /healthz), and
+// writes the addresses.
+func (d *routerd) joinAndServe(ctx, waitCtx context.Context, stopWait func()) error {
+	if err := d.agent.Start(ctx); err != nil {
+		return err
+	}
+	d.onFail(func() { _ = d.agent.Close(context.Background()) })
+	d.sharer.Start(ctx)
+	d.onFail(d.sharer.Close)
+	d.fd.start(ctx)
+	d.onFail(func() { _ = d.fd.Shutdown(context.Background()) })
+	go func() { d.served <- serveErr("http", serveHTTP(d.httpSrv, d.httpLis)) }()
+	d.onFail(func() { _ = d.httpSrv.Close(); <-d.served })
+	d.pending = 2 // http and grpc
+	if d.metricsSrv != nil {
+		go func() { d.served <- serveErr("metrics", d.metricsSrv.Serve(d.metricsLis)) }()
+		d.onFail(func() { _ = d.metricsSrv.Close(); <-d.served })
+		d.pending++
+	}
+	d.waitGossip = d.state.follow(waitCtx)
+	d.onFail(func() { stopWait(); d.waitGossip(); d.waiters.Wait() })
+	raftAddr := d.plane.raftAddr
+	if raftAddr == "" {
+		raftAddr = "-"
+	}
+	// Listening: gRPC calls that arrive before Serve (servePins) wait in the listen backlog.
+	addrs := []string{"grpc=" + d.grpcLis.Addr().String(), "http=" + d.httpLis.Addr().String(), "gossip=" + d.agent.GossipAddr(), "raft=" + raftAddr}
+	if d.metricsLis != nil {
+		addrs = append(addrs, "metrics="+d.metricsLis.Addr().String())
+	}
+	if d.epp != nil {
+		addrs = append(addrs, "extproc="+d.epp.addr())
+	}
+	if d.cfg.AddrFile != "" {
+		if err := addrfile.Write(d.cfg.AddrFile, addrs...); err != nil {
+			d.logger.Error("write addr file", "err", err)
+		}
+	}
+	d.logger.Info("listening", "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
+		"gossip", d.agent.GossipAddr(), "raft", d.plane.raftAddr, "node_id", d.cfg.NodeID, "policy", d.cfg.Policy)
+	return nil
+}
+
+// servePins starts the pin store once its bootstrap peers are known, then serves gRPC (and the
+// endpoint picker).
+func (d *routerd) servePins(ctx context.Context) error {
+	if err := d.plane.awaitBootstrap(ctx, d.agent); err != nil {
+		return err
+	}
+	d.plane.register(d.grpcSrv, d.tokenize)
+	d.plane.start(ctx, d.agent)
+	go func() { d.served <- serveErr("grpc", d.grpcSrv.Serve(d.conns.Listener(d.grpcLis))) }()
+	if d.epp != nil {
+		d.epp.serve(d.served)
+		d.pending++
+	}
+	return nil
+}
+
+// followSync makes the router SERVING once every node it knows has been synced (and, with
+// seeds, once it knows someone); it is NOT_SERVING whenever gossip is isolated afterwards.
+func (d *routerd) followSync(waitCtx context.Context) {
+	d.waiters.Go(func() {
+		awaitSync(waitCtx, d.cfg, d.agent, d.logger)
 		if waitCtx.Err() == nil {
-			state.markSynced()
+			d.state.markSynced()
 		}
 	})
+}
 
-	var runErr error
+// wait returns when ctx ends, or with the error of a server that died on its own.
+func (d *routerd) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
-		logger.Info("shutting down", "drain_timeout", cfg.DrainTimeout)
-	case runErr = <-served:
-		pending--
-		logger.Error("server failed", "err", runErr)
+		d.logger.Info("shutting down", "drain_timeout", d.cfg.DrainTimeout)
+		return nil
+	case err := <-d.served:
+		d.pending--
+		d.logger.Error("server failed", "err", err)
+		return err
 	}
+}
 
-	// 8. Drain in reverse, all within DrainTimeout.
-	stopWait()
-	waitGossip()
-	waiters.Wait()
-	ready.Store(false)
-	healthSrv.Shutdown() // NOT_SERVING, and health Watch streams end
-	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+// drain stops everything in reverse, all within DrainTimeout, and returns runErr or the first
+// error a server reported while stopping.
+func (d *routerd) drain(runErr error) error {
+	d.waitGossip()
+	d.waiters.Wait()
+	d.ready.Store(false)
+	d.health.Shutdown() // NOT_SERVING, and health Watch streams end
+	drainCtx, cancel := context.WithTimeout(context.Background(), d.cfg.DrainTimeout)
 	defer cancel()
-	if err := fd.Shutdown(drainCtx); err != nil {
-		logger.Warn("front door drain incomplete", "err", err)
+	if err := d.fd.Shutdown(drainCtx); err != nil {
+		d.logger.Warn("front door drain incomplete", "err", err)
 	}
-	if epp != nil {
-		epp.shutdown(drainCtx, logger)
+	if d.epp != nil {
+		d.epp.shutdown(drainCtx, d.logger)
 	}
-	plane.stopLoop() // no reconcile against a membership we are leaving
-	sharer.Close()   // the front door is drained: nothing left to tell the other routers
-	if err := agent.Close(drainCtx); err != nil {
-		logger.Warn("gossip leave", "err", err)
+	d.plane.stopLoop() // no reconcile against a membership we are leaving
+	d.sharer.Close()   // the front door is drained: nothing left to tell the other routers
+	if err := d.agent.Close(drainCtx); err != nil {
+		d.logger.Warn("gossip leave", "err", err)
 	}
-	if err := plane.shutdown(drainCtx); err != nil { // the leader hands over first
-		logger.Warn("pin store shutdown", "err", err)
+	if err := d.plane.shutdown(drainCtx); err != nil { // the leader hands over first
+		d.logger.Warn("pin store shutdown", "err", err)
 	}
-	httpSrvs := []*http.Server{httpSrv}
-	if metricsSrv != nil {
-		httpSrvs = append(httpSrvs, metricsSrv)
+	httpSrvs := []*http.Server{d.httpSrv}
+	if d.metricsSrv != nil {
+		httpSrvs = append(httpSrvs, d.metricsSrv)
 	}
-	shutdown.Servers(drainCtx, logger, grpcSrv, httpSrvs...)
-	for ; pending > 0; pending-- {
-		if err := <-served; err != nil && runErr == nil {
+	shutdown.Servers(drainCtx, d.logger, d.grpcSrv, httpSrvs...)
+	for ; d.pending > 0; d.pending-- {
+		if err := <-d.served; err != nil && runErr == nil {
 			runErr = err
 		}
 	}
-	logger.Info("stopped")
+	d.logger.Info("stopped")
 	return runErr
 }
 
