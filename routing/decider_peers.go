@@ -1,6 +1,9 @@
 package routing
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // What other routers tell this one (POLICIES.md, "Many routers"). Views of replicas differ only by what each
 // router alone knows: its in-flight requests and the prefixes it has just routed. A sharer
@@ -68,7 +71,7 @@ func (p *peerLoads) unapply(r *peerReport) {
 	}
 }
 
-func (p *peerLoads) set(peer string, part, parts int, loads []NodeInFlight, at time.Time) bool {
+func (p *peerLoads) set(peer string, part, parts int, loads []NodeInFlight, at time.Time, known func(string) bool) bool {
 	for k, r := range p.byPeer { // a report that shrank to fewer packets: the rest are gone
 		if k.peer == peer && k.part >= parts && !at.Before(r.at) {
 			p.unapply(r)
@@ -90,7 +93,12 @@ func (p *peerLoads) set(peer string, part, parts int, loads []NodeInFlight, at t
 		p.unapply(r)
 	}
 	r.at = at
-	r.loads = append(r.loads[:0], loads...)
+	r.loads = r.loads[:0]
+	for _, l := range loads {
+		if known(l.Node) { // a node that is not (or no longer) a member is nobody's load
+			r.loads = append(r.loads, l)
+		}
+	}
 	for _, l := range r.loads {
 		s := p.sums[l.Node]
 		if s == nil {
@@ -132,15 +140,29 @@ func (p *peerLoads) expire(now time.Time) {
 
 // SetPeerLoad replaces part (of parts, see AppendLoadParts) of what peer router said about its
 // in-flight requests: together the parts list every node it has requests on (others are zero),
-// as of at (the receipt time: router clocks are not trusted to agree). It reports false when
-// the peer table is full or the part numbers are out of range.
+// as of at (the receipt time: router clocks are not trusted to agree). Entries naming a node the
+// index does not hold (not a member, or gone) are dropped. It reports false when the peer table
+// is full or the part numbers are out of range.
 func (d *Decider) SetPeerLoad(peer string, part, parts int, loads []NodeInFlight, at time.Time) bool {
 	if parts <= 0 || parts > MaxLoadParts || part < 0 || part >= parts {
 		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.peers.set(peer, part, parts, loads, at)
+	return d.peers.set(peer, part, parts, loads, at, d.index.Has)
+}
+
+// PeerIDs appends the ids of the peer routers whose load counts, each once.
+func (d *Decider) PeerIDs(dst []string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	start := len(dst)
+	for k := range d.peers.byPeer {
+		if !slices.Contains(dst[start:], k.peer) {
+			dst = append(dst, k.peer)
+		}
+	}
+	return dst
 }
 
 // ForgetPeer drops a peer router's load (it left the cluster).
@@ -158,10 +180,22 @@ func (d *Decider) Peers() int {
 }
 
 // PeerDecision records that a peer routed a request with these block hashes (or the part of
-// its chain beyond what the node reports) to node at now: like this router's own Record, for
-// the overlay's TTL.
-func (d *Decider) PeerDecision(node string, hashes []uint64, now time.Time) {
+// its chain beyond what the node reports, from offset on) to node at now: like this router's
+// own Record, for the overlay's TTL. It reports false, recording nothing, when node is not a
+// member whose summary the index holds (a forged or departed id must not take an overlay slot)
+// or when offset and the hash count are out of range: offset is where the hashes start in the
+// request's chain, so offset + len(hashes) is at most the longest chain a routed prompt has.
+func (d *Decider) PeerDecision(node string, offset int, hashes []uint64, now time.Time) bool {
+	if offset < 0 || offset+len(hashes) > MaxChainBlocks || !d.index.Has(node) {
+		return false
+	}
 	if d.overlay != nil {
 		d.overlay.Record(node, hashes, now)
+		d.commits.Add(1)
 	}
+	return true
 }
+
+// MaxChainBlocks is the longest block-hash chain a routed prompt has: 1 Mi tokens (the routers'
+// prompt bound) at one token per block.
+const MaxChainBlocks = 1 << 20

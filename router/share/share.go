@@ -270,7 +270,10 @@ func (s *Sharer) receiveLoop(ctx context.Context) {
 				if d.RouterID == s.cfg.RouterID {
 					continue // our own, looped back
 				}
-				s.dec.PeerDecision(d.NodeID, d.Hashes, s.now())
+				if !s.dec.PeerDecision(d.NodeID, d.Offset, d.Hashes, s.now()) {
+					s.m.drops.WithLabelValues("unknown_node").Inc()
+					continue
+				}
 				s.m.received.WithLabelValues("decision").Inc()
 			case cluster.IsShareLoad(b):
 				if err := l.UnmarshalBinary(b); err != nil {

@@ -135,6 +135,7 @@ func (s *Sim) shareDecision(rt *router, node string, hashes []uint64, indexed in
 		msg := &s.msgs[m]
 		msg.peer = rt.idx
 		msg.hashes = append(msg.hashes[:0], hashes[c.From:c.To]...)
+		msg.offset = c.From
 		s.sendToPeers(rt, m, size, evShareDecision)
 	}
 }

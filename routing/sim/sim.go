@@ -157,6 +157,7 @@ type message struct {
 
 	peer        int // sending router (shares)
 	hashes      []uint64
+	offset      int // of hashes[0] in the request's chain
 	loads       []routing.NodeInFlight
 	part, parts int
 }
@@ -315,7 +316,7 @@ func (s *Sim) Run() (Result, error) {
 			s.loadTick(s.nodes[e.node])
 		case evShareDecision:
 			m := &s.msgs[e.msg]
-			s.routers[e.router].dec.PeerDecision(s.nodes[m.node].id, m.hashes, now)
+			s.routers[e.router].dec.PeerDecision(s.nodes[m.node].id, m.offset, m.hashes, now)
 			s.release(e.msg)
 		case evShareLoad:
 			m := &s.msgs[e.msg]
