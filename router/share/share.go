@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +34,15 @@ type Transport interface {
 }
 
 var _ Transport = (*cluster.Agent)(nil)
+
+// Membership lists the live members (*cluster.Agent does). A Transport that implements it lets
+// the sharer forget the load of a router that left at once, rather than after
+// routing.DefaultPeerLoadTTL.
+type Membership interface {
+	Members() []cluster.Meta
+}
+
+var _ Membership = (*cluster.Agent)(nil)
 
 // ErrConfig reports an unusable Config.
 var ErrConfig = errors.New("share: invalid config")
@@ -89,6 +99,9 @@ type Sharer struct {
 	mu     sync.Mutex // guards chunks (the request path's scratch)
 	chunks []routing.ShareChunk
 
+	members Membership // nil: peers are forgotten by the TTL only
+	peerIDs []string   // sendLoop's scratch
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -116,6 +129,7 @@ func New(cfg Config, dec *routing.Decider, tr Transport, reg prometheus.Register
 		OnDecision: func(node string, hashes []uint64, indexed int, _ time.Time) { s.decision(node, hashes, indexed) },
 	})
 	tr.SetShareHandler(s.receive)
+	s.members, _ = tr.(Membership)
 	return s, nil
 }
 
@@ -197,7 +211,7 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 	defer t.Stop()
 	var loads, last []routing.NodeInFlight
 	var parts []int
-	var lastSent time.Time
+	var lastSent, lastPruned time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,6 +221,10 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 			s.bufs.Put(b)
 		case <-t.C:
 			now := s.now()
+			if now.Sub(lastPruned) >= s.cfg.Heartbeat {
+				lastPruned = now
+				s.forgetDeparted()
+			}
 			// Requests still queued keep being reported so the other routers keep expecting
 			// their prefix as this router does (its overlay holds them until the first token).
 			s.dec.RefreshPending(now, routing.DefaultOverlayTTL/2)
@@ -230,6 +248,24 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 				s.bufs.Put(b)
 				start = end
 			}
+		}
+	}
+}
+
+// forgetDeparted drops the load of every peer router that is no longer a member.
+func (s *Sharer) forgetDeparted() {
+	if s.members == nil {
+		return
+	}
+	s.peerIDs = s.dec.PeerIDs(s.peerIDs[:0])
+	if len(s.peerIDs) == 0 {
+		return
+	}
+	ms := s.members.Members()
+	for _, p := range s.peerIDs {
+		if !slices.ContainsFunc(ms, func(m cluster.Meta) bool { return m.Role == cluster.RoleRouter && m.NodeID == p }) {
+			s.dec.ForgetPeer(p)
+			s.m.forgotten.Inc()
 		}
 	}
 }
