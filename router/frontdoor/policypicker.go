@@ -19,7 +19,7 @@ import (
 type PolicyPicker struct {
 	src     NodeSource
 	dec     *routing.Decider
-	ejector Ejector // nil: nothing is ejected
+	ejected func(string) bool // nil: nothing is ejected
 	now     func() time.Time
 
 	scratch sync.Pool // *pickScratch
@@ -70,7 +70,11 @@ func NewDeciderPicker(src NodeSource, d *routing.Decider, cfg PolicyPickerConfig
 	if now == nil {
 		now = time.Now
 	}
-	return &PolicyPicker{src: src, dec: d, ejector: cfg.Ejector, now: now}, nil
+	p := &PolicyPicker{src: src, dec: d, now: now}
+	if cfg.Ejector != nil {
+		p.ejected = cfg.Ejector.Ejected
+	}
+	return p, nil
 }
 
 // Decider returns the picker's decider.
@@ -139,10 +143,12 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 	}
 	defer p.scratch.Put(sc)
 	sc.nodes, sc.urls = sc.nodes[:0], sc.urls[:0]
+	// The same eligibility as gRPC Route (routing.Eligibility); pins come in as exclusions
+	// (router.PinnedPicker), the in-flight cap and cold nodes are the decider's.
+	el := routing.Eligibility{Model: req.Model, Exclude: exclude, Ejected: p.ejected}
 	for _, n := range p.src.Nodes() {
 		in := &n.Info
-		if !in.Alive || in.Draining || (req.Model != "" && in.Model != req.Model) ||
-			slices.Contains(exclude, in.ID) || (p.ejector != nil && p.ejector.Ejected(in.ID)) {
+		if !el.Eligible(in) {
 			continue
 		}
 		sc.nodes = append(sc.nodes, *in)

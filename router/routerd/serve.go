@@ -168,8 +168,16 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 		return err
 	}
 
+	// The OpenAI-compatible front door, built before Route so that both doors leave out the
+	// nodes its passive health ejects.
+	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, decider, plane.table, reg, logger.With("component", "frontdoor"))
+	if err != nil {
+		return err
+	}
+
 	// Route and Pins over gRPC; health NOT_SERVING until the mirror has synced.
 	rcfg := router.DefaultConfig()
+	rcfg.Ejector = fd.Health
 	rcfg.Policy = cfg.Policy
 	rcfg.PolicyConfig = cfg.policyConfig()
 	rcfg.Pins = plane.table
@@ -196,11 +204,7 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	reflection.Register(grpcSrv)
 
-	// 5. The OpenAI-compatible front door beside /metrics and /healthz.
-	fd, err := newFrontDoor(cfg, tlsCfg, agent.Mirror(), idx, decider, plane.table, reg, logger.With("component", "frontdoor"))
-	if err != nil {
-		return err
-	}
+	// 5. The OpenAI-compatible front door beside /metrics and /healthz (built above).
 	var ready atomic.Bool
 	var gossipOK gossipHealth
 	httpSrv := httpServer(ctx, fd, reg, metricsLis == nil, &ready, gossipOK.notServing, plaintext, logger)
