@@ -110,12 +110,12 @@ func (s *Server) Register(g *grpc.Server) { pb.RegisterRouterServer(g, s) }
 // Route implements Router.Route.
 func (s *Server) Route(ctx context.Context, req *pb.RouteRequest) (*pb.RouteResponse, error) {
 	start := time.Now()
-	resp, err := s.route(req, start)
+	resp, err := s.route(ctx, req, start)
 	s.metrics.observe(resp, err, time.Since(start))
 	return resp, err
 }
 
-func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, error) {
+func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, error) {
 	tokens := req.GetTokens()
 	switch {
 	case len(tokens) > 0 && req.GetText() != "":
@@ -166,6 +166,18 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 	commit := routing.CommitRecord
 	if req.GetDryRun() {
 		commit = routing.CommitNone
+	}
+	if commit != routing.CommitNone {
+		// A burst's decisions, staggered as the front door's (routing.Decider.AdmissionDelay).
+		if w := s.dec.AdmissionDelay(&dr, now); w > 0 {
+			t := time.NewTimer(w)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			now = time.Now()
+		}
 	}
 	c := &sc.choice
 	if err := s.dec.Decide(&dr, sc.nodes, now, commit, c); err != nil {

@@ -29,14 +29,23 @@ type Decider struct {
 	maxPer  int
 	hooks   DeciderHooks
 
-	mu      sync.Mutex // guards own, peers and pending; serializes Choose with the load it saw
-	own     map[string]*InFlight
-	peers   peerLoads
+	mu     sync.Mutex // guards own, peers, pending and conc; serializes Choose with the load it saw
+	own    map[string]*InFlight
+	peers  peerLoads
+	conc   concurrency
+	slot   time.Duration // AdmissionDelay's stagger per expected concurrent decision
+	spread bool          // pass the learned concurrency to the policy
+
 	pending []*Ticket // committed requests before their first token, in a deterministic order
+
+	admitted atomic.Uint64 // AdmissionDelay calls, part of the stagger key
 
 	// commits counts decisions committed (Begin or Record): a decision that estimated before
 	// another committed estimates again under mu.
 	commits atomic.Uint64
+	// blockSize is the last decided request's block size: the tokens per hash of a peer's
+	// shared decision.
+	blockSize atomic.Int64
 	// refreshMu serializes RefreshPending; refresh is its copy of what is due, reported
 	// outside mu.
 	refreshMu sync.Mutex
@@ -96,7 +105,16 @@ type DeciderConfig struct {
 	// PeerLoadTTL is how long another router's load report counts without a refresh
 	// (DefaultPeerLoadTTL when 0).
 	PeerLoadTTL time.Duration
-	Hooks       DeciderHooks
+	// ConcurrencyWindow is how long after each of its decisions this router counts its peers'
+	// decisions as taken unseen beside it (concurrency.go; DefaultConcurrencyWindow when 0).
+	ConcurrencyWindow time.Duration
+	// AdmissionSlot is AdmissionDelay's stagger per expected concurrent decision
+	// (DefaultAdmissionSlot when 0; negative disables the stagger).
+	AdmissionSlot time.Duration
+	// NoSpread keeps the learned concurrency from the policy (Request.Concurrency stays 0), to
+	// measure what spreading bursts does.
+	NoSpread bool
+	Hooks    DeciderHooks
 }
 
 // NewDecider returns a decider over the summary index, the overlay (nil disables it) and a
@@ -105,7 +123,7 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 	if index == nil || policy == nil {
 		return nil, fmt.Errorf("new decider: an index and a policy are required: %w", ErrInvalid)
 	}
-	if cfg.MaxInFlightPerNode < 0 || cfg.PeerLoadTTL < 0 {
+	if cfg.MaxInFlightPerNode < 0 || cfg.PeerLoadTTL < 0 || cfg.ConcurrencyWindow < 0 {
 		return nil, fmt.Errorf("new decider: MaxInFlightPerNode %d, PeerLoadTTL %v must not be negative: %w",
 			cfg.MaxInFlightPerNode, cfg.PeerLoadTTL, ErrInvalid)
 	}
@@ -115,6 +133,15 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 	}
 	d := &Decider{index: index, overlay: overlay, policy: policy, maxPer: cfg.MaxInFlightPerNode, hooks: cfg.Hooks,
 		own: make(map[string]*InFlight), peers: newPeerLoads(ttl)}
+	d.spread = !cfg.NoSpread
+	d.slot = cfg.AdmissionSlot
+	if d.slot == 0 {
+		d.slot = DefaultAdmissionSlot
+	}
+	d.conc.window = cfg.ConcurrencyWindow
+	if d.conc.window == 0 {
+		d.conc.window = DefaultConcurrencyWindow
+	}
 	// A node that left or restarted frees its overlay slot: what this router expected on it
 	// is gone with its cache, and slots kept for departed ids slow every estimate.
 	index.OnRemove(d.ForgetNode)
@@ -198,6 +225,9 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	}
 	c.blocks, c.matched, c.iblocks = grow(c.blocks, k), grow(c.matched, k), grow(c.iblocks, k)
 	bs0 := blockSizeOf(&nodes[0])
+	if int64(bs0) != d.blockSize.Load() {
+		d.blockSize.Store(int64(bs0))
+	}
 	c.hashes = local.AppendBlockHashes(c.hashes[:0], req.Tokens, bs0, req.AdapterID)
 	// The estimate (an index walk) runs outside the lock so that decisions estimate in
 	// parallel; commits counts what this router committed since, and a decision that sees it
@@ -215,6 +245,10 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		d.fill(req, nodes, bs0, c, now)
 	}
 	d.peers.expire(now)
+	if d.spread {
+		rq.Concurrency = d.conc.estimate(now)
+	}
+	span := admissionSpan(d.conc.burstSize(now), d.slot)
 	// Keep the candidates under the cap; orig maps the kept ones back to the caller's indices.
 	c.orig = c.orig[:0]
 	kept := 0
@@ -297,11 +331,13 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		}
 		c.Ticket = t
 		d.commits.Add(1)
+		d.conc.ownDecision(now, span)
 	case CommitRecord:
 		if d.overlay != nil {
 			d.overlay.Record(id, hold, now)
 		}
 		d.commits.Add(1)
+		d.conc.ownDecision(now, span)
 	}
 	d.mu.Unlock()
 
@@ -356,6 +392,44 @@ func (d *Decider) estimate(hashes []uint64, ids []string, blocks, iblocks []int,
 	if d.overlay != nil {
 		d.overlay.Estimate(hashes, ids, blocks, now)
 	}
+}
+
+// AdmissionDelay is how long the caller should wait before deciding req at now: 0 unless this
+// router has learned that its peers decide in the same instants as it does (bursts: a trace's
+// simultaneous arrivals, an agent's fan-out, a batch job), and then a stagger over a few share
+// latencies per expected concurrent decision (at most MaxAdmissionDelay) chosen by the request,
+// so that the replicas' decisions in one instant come one after the other and each sees the
+// others' shared decisions and load, as one router deciding them in turn would. Routers that
+// wait call Decide afterwards with the later time; callers that cannot wait skip it.
+func (d *Decider) AdmissionDelay(req *DecideRequest, now time.Time) time.Duration {
+	if d.slot <= 0 {
+		return 0
+	}
+	d.mu.Lock()
+	c := d.conc.burstSize(now)
+	d.mu.Unlock()
+	if c < SpreadMinConcurrency {
+		return 0
+	}
+	return admissionDelay(c, admissionKey(req, d.admitted.Add(1)), d.slot)
+}
+
+// admissionKey is a request's stagger key: its length, a few of its tokens and the decider's
+// count of admissions, cheap (no hashing of the prompt) and deterministic.
+func admissionKey(req *DecideRequest, seq uint64) uint64 {
+	k := uint64(len(req.Tokens))<<40 ^ seq ^ req.SessionKey
+	if n := len(req.Tokens); n > 0 {
+		k ^= mix64(uint64(req.Tokens[0]) | uint64(req.Tokens[n/2])<<20 | uint64(req.Tokens[n-1])<<40)
+	}
+	return k
+}
+
+// Concurrency returns how many decisions this router expects its peers to take, unseen, beside
+// one of its own at now (concurrency.go).
+func (d *Decider) Concurrency(now time.Time) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conc.estimate(now)
 }
 
 // OwnInFlight returns this router's own load on node (not its peers').

@@ -138,13 +138,13 @@ func TestDeciderForgetsNodesTheIndexRemoves(t *testing.T) {
 func TestDeciderValidatesPeerNodeIDs(t *testing.T) {
 	d, _ := testDecider(t, DeciderConfig{})
 	now := time.Unix(100, 0)
-	if d.PeerDecision("forged", 0, []uint64{1, 2}, now) {
+	if d.PeerDecision("r2", "forged", 0, []uint64{1, 2}, now) {
 		t.Fatal("a decision for an unknown node was taken")
 	}
-	if d.PeerDecision("a", -1, []uint64{1}, now) || d.PeerDecision("a", MaxChainBlocks, []uint64{1}, now) {
+	if d.PeerDecision("r2", "a", -1, []uint64{1}, now) || d.PeerDecision("r2", "a", MaxChainBlocks, []uint64{1}, now) {
 		t.Fatal("a decision with an impossible offset was taken")
 	}
-	if !d.PeerDecision("a", 3, []uint64{1, 2}, now) {
+	if !d.PeerDecision("r2", "a", 3, []uint64{1, 2}, now) {
 		t.Fatal("a member's decision was refused")
 	}
 	if st := d.Overlay().Stats(); st.Pairs != 2 {

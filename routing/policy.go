@@ -47,6 +47,11 @@ type Request struct {
 	Model        string
 	SessionKey   uint64 // 0 = none
 	BlockSize    int
+	// Concurrency is how many decisions other routers are expected to take, unseen, in the
+	// same instant as this one (the Decider learns it: concurrency.go); 0 for one router and
+	// for smooth traffic. prefixmesh spreads the request over the nodes such a burst would fill
+	// when it is at least SpreadMinConcurrency.
+	Concurrency float64
 }
 
 // Candidate is one node's line in a decision.
@@ -80,6 +85,7 @@ type Policy interface {
 // Reasons reported in Decision.Reason.
 const (
 	ReasonMinTTFT       = "min-ttft"
+	ReasonBurstSpread   = "min-ttft-burst-spread"
 	ReasonSession       = "session-affinity"
 	ReasonRoundRobin    = "round-robin"
 	ReasonLeastLoaded   = "least-loaded"

@@ -45,6 +45,7 @@ type simFlags struct {
 	speed, loss, prefill, decode, sessions    float64
 	loadFactor, missPenalty                   float64
 	seed                                      uint64
+	noStagger, noSpread                       bool
 	delay, repairDelay, arrivalQuantum        time.Duration
 }
 
@@ -75,6 +76,8 @@ type simConfigJSON struct {
 	ShareLoss           float64  `json:"share_loss"`
 	ShareIntervalS      float64  `json:"share_interval_s"`
 	ArrivalQuantumS     float64  `json:"arrival_quantum_s"`
+	BurstStagger        bool     `json:"burst_stagger"`
+	BurstSpread         bool     `json:"burst_spread"`
 }
 
 // simReport is the --json document; the unexported fields feed the table.
@@ -108,6 +111,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.systemPrompts, "azure-system-prompts", rdef.SystemPrompts, "Azure: shared system prompts laid over the trace (0: no synthetic prefix structure)")
 	fs.Float64Var(&f.sessions, "azure-session-share", rdef.SessionShare, "Azure: share of requests continuing a recent conversation")
 	fs.DurationVar(&f.arrivalQuantum, "arrival-quantum", 0, "round every arrival down to a multiple of this (after --speed), replaying bursts of simultaneous requests from any trace; 0: as recorded")
+	fs.BoolVar(&f.noStagger, "no-burst-stagger", false, "routers decide the instant a request arrives, even when they have learned that their peers decide in the same instants (measures the stagger)")
+	fs.BoolVar(&f.noSpread, "no-burst-spread", false, "prefixmesh chooses the cheapest node even when the routers have learned that decisions arrive together (measures the spread)")
 	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 = arrivals twice as fast)")
 	fs.Float64Var(&f.loss, "loss", 0, "probability that a summary delta is lost (repaired by a snapshot)")
 	fs.Float64Var(&f.prefill, "prefill-tokens-per-s", def.PrefillTokensPerSec, "uncached prefill rate of a node")
@@ -163,6 +168,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.Delay, cfg.RepairDelay, cfg.Loss, cfg.Seed = f.delay, f.repairDelay, f.loss, f.seed
 	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
 	cfg.ShareDelay, cfg.ShareLoss, cfg.ShareInterval, cfg.LoadInterval = f.shareDelay, f.shareLoss, f.shareInterval, f.loadInterval
+	cfg.NoAdmissionDelay, cfg.NoSpread = f.noStagger, f.noSpread
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -231,7 +237,8 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		Speed: f.speed, Limit: f.limit, Seed: f.seed, LoadFactor: cfg.Policy.LoadFactor, MinLoadBound: cfg.Policy.MinLoadBound,
 		MissPenalty: cfg.Policy.MissPenalty, Policies: policies, Routers: routerCounts, Sharing: sharings,
 		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
-		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds()}
+		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds(),
+		BurstStagger: !f.noStagger, BurstSpread: !f.noSpread}
 
 	// One job per run plus the references; each is independent and deterministic, so the
 	// results do not depend on how many run at once.

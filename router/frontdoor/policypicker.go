@@ -120,6 +120,19 @@ type pickScratch struct {
 	choice routing.Choice
 }
 
+// waitAdmission waits d, or until ctx ends.
+func waitAdmission(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // InFlight returns this router's own requests in flight to node.
 func (p *PolicyPicker) InFlight(node string) int { return p.dec.OwnInFlight(node).Requests }
 
@@ -136,7 +149,7 @@ func (p *PolicyPicker) Models() []string {
 }
 
 // Pick implements Picker.
-func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []string) (Pick, error) {
+func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []string) (Pick, error) {
 	sc, _ := p.scratch.Get().(*pickScratch)
 	if sc == nil {
 		sc = new(pickScratch)
@@ -158,6 +171,11 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 		return Pick{}, ErrNoNodes
 	}
 	dr := routing.DecideRequest{Tokens: req.Tokens, AdapterID: req.AdapterID, Model: req.Model, SessionKey: req.SessionKey}
+	// When this router has learned that its peers decide in the same instants (bursts), the
+	// decision waits a few milliseconds chosen by the request, so that the replicas' decisions
+	// come one after another and each sees the others' (routing.Decider.AdmissionDelay). A
+	// cancelled request stops waiting and is decided at once.
+	waitAdmission(ctx, p.dec.AdmissionDelay(&dr, p.now()))
 	c := &sc.choice
 	if err := p.dec.Decide(&dr, sc.nodes, p.now(), routing.CommitBegin, c); err != nil {
 		if errors.Is(err, routing.ErrOverloaded) {

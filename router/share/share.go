@@ -306,7 +306,7 @@ func (s *Sharer) receiveLoop(ctx context.Context) {
 				if d.RouterID == s.cfg.RouterID {
 					continue // our own, looped back
 				}
-				if !s.dec.PeerDecision(d.NodeID, d.Offset, d.Hashes, s.now()) {
+				if !s.dec.PeerDecision(d.RouterID, d.NodeID, d.Offset, d.Hashes, s.now()) {
 					s.m.drops.WithLabelValues("unknown_node").Inc()
 					continue
 				}

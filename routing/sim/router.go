@@ -43,7 +43,7 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 			s.shareDecision(rt, node, hashes, indexed)
 		}
 	}
-	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks})
+	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks, NoSpread: s.cfg.NoSpread})
 	if err != nil {
 		return nil, err
 	}
