@@ -136,6 +136,20 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 			return nil, status.Errorf(codes.Unavailable, "route: tokenize the text: %v", err)
 		}
 	}
+	if !req.GetDryRun() {
+		// A burst's decisions, staggered as the front door's (routing.Decider.AdmissionDelay),
+		// before the view is read so the decision sees what arrived meanwhile.
+		dr := routing.DecideRequest{Tokens: tokens, SessionKey: routing.SessionKey(req.GetSessionId())}
+		if w := s.dec.AdmissionDelay(&dr, now); w > 0 {
+			t := time.NewTimer(w)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			now = time.Now()
+		}
+	}
 	sc, _ := s.pool.Get().(*scratch)
 	if sc == nil {
 		sc = new(scratch)
@@ -166,18 +180,6 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 	commit := routing.CommitRecord
 	if req.GetDryRun() {
 		commit = routing.CommitNone
-	}
-	if commit != routing.CommitNone {
-		// A burst's decisions, staggered as the front door's (routing.Decider.AdmissionDelay).
-		if w := s.dec.AdmissionDelay(&dr, now); w > 0 {
-			t := time.NewTimer(w)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			now = time.Now()
-		}
 	}
 	c := &sc.choice
 	if err := s.dec.Decide(&dr, sc.nodes, now, commit, c); err != nil {

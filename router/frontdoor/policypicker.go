@@ -150,6 +150,12 @@ func (p *PolicyPicker) Models() []string {
 
 // Pick implements Picker.
 func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []string) (Pick, error) {
+	dr := routing.DecideRequest{Tokens: req.Tokens, AdapterID: req.AdapterID, Model: req.Model, SessionKey: req.SessionKey}
+	// When this router has learned that its peers decide in the same instants (bursts), the
+	// decision waits a few milliseconds chosen by the request, so that the replicas' decisions
+	// come one after another and each sees the others' (routing.Decider.AdmissionDelay); the
+	// nodes are listed after the wait. A cancelled request stops waiting and is decided at once.
+	waitAdmission(ctx, p.dec.AdmissionDelay(&dr, p.now()))
 	sc, _ := p.scratch.Get().(*pickScratch)
 	if sc == nil {
 		sc = new(pickScratch)
@@ -170,12 +176,6 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 	if len(sc.nodes) == 0 {
 		return Pick{}, ErrNoNodes
 	}
-	dr := routing.DecideRequest{Tokens: req.Tokens, AdapterID: req.AdapterID, Model: req.Model, SessionKey: req.SessionKey}
-	// When this router has learned that its peers decide in the same instants (bursts), the
-	// decision waits a few milliseconds chosen by the request, so that the replicas' decisions
-	// come one after another and each sees the others' (routing.Decider.AdmissionDelay). A
-	// cancelled request stops waiting and is decided at once.
-	waitAdmission(ctx, p.dec.AdmissionDelay(&dr, p.now()))
 	c := &sc.choice
 	if err := p.dec.Decide(&dr, sc.nodes, p.now(), routing.CommitBegin, c); err != nil {
 		if errors.Is(err, routing.ErrOverloaded) {
