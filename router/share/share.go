@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,6 +100,12 @@ type Sharer struct {
 	mu     sync.Mutex // guards chunks (the request path's scratch)
 	chunks []routing.ShareChunk
 
+	// decided is set when a decision was shared since the last load report: peers count a
+	// shared decision as provisional load until the next report (routing.Decider.PeerDecision),
+	// so one goes out at the next Interval even if the counts did not change (a gRPC Route
+	// decision is never in flight).
+	decided atomic.Bool
+
 	members Membership // nil: peers are forgotten by the TTL only
 	peerIDs []string   // sendLoop's scratch
 
@@ -138,6 +145,7 @@ func (s *Sharer) decision(node string, hashes []uint64, indexed int) {
 	if len(node) > cluster.MaxNodeIDBytes || indexed >= len(hashes) {
 		return // the node already reports the whole chain: nothing only this router knows
 	}
+	s.decided.Store(true)
 	s.mu.Lock()
 	s.chunks = routing.AppendShareChunks(s.chunks[:0], s.cfg.RouterID, node, indexed, len(hashes))
 	for _, c := range s.chunks {
@@ -230,7 +238,7 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 			s.dec.RefreshPending(now, routing.DefaultOverlayTTL/2)
 			loads = s.dec.AppendOwnLoads(loads[:0])
 			parts = routing.AppendLoadParts(parts[:0], s.cfg.RouterID, loads) // sorts loads
-			if equalLoads(loads, last) && now.Sub(lastSent) < s.cfg.Heartbeat {
+			if !s.decided.Swap(false) && equalLoads(loads, last) && now.Sub(lastSent) < s.cfg.Heartbeat {
 				continue
 			}
 			last = append(last[:0], loads...)
