@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/prefixmesh/prefixmesh/local"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
@@ -150,5 +151,73 @@ func TestDryRunRouteRecordsNothing(t *testing.T) {
 	defer pk.Done(frontdoor.Outcome{Status: 200})
 	if pk.EstimatedMatchedTokens != 0 {
 		t.Fatalf("front door expects %d tokens on %s after dry runs only", pk.EstimatedMatchedTokens, pk.NodeID)
+	}
+}
+
+// ejectSet is a fake of the front door's passive health.
+type ejectSet map[string]bool
+
+func (e ejectSet) Ejected(id string) bool { return e[id] }
+
+// Both doors choose among the same nodes: one the front door's passive health ejected is out of
+// gRPC Route's candidates too, however much of the prompt it holds; a draining node is out of
+// both. Before the fix Route sent the request to the ejected node with the prefix.
+func TestRouteAndFrontDoorShareEligibility(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	toks := seq(256, 5)
+	mirror := fakeMirror{node("hot", 16, true, 0), node("drain", 16, true, 0), node("n1", 16, true, 0), node("n2", 16, true, 0)}
+	mirror[1].Meta.Draining = true
+	for _, n := range mirror {
+		idx.ReplaceNode(n.Meta.NodeID, 1, 1, nil)
+	}
+	idx.ReplaceNode("hot", 1, 2, local.BlockHashes(toks, 16, 0))
+	idx.ReplaceNode("drain", 1, 2, local.BlockHashes(toks, 16, 0))
+	eject := ejectSet{"hot": true}
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := routing.NewDecider(idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Decider, cfg.Ejector = d, eject
+	srv, err := NewServer(NewView(mirror, idx), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := startServer(t, srv)
+	pk, err := frontdoor.NewDeciderPicker(frontdoor.MirrorNodes{M: mirror}, d, frontdoor.PolicyPickerConfig{Ejector: eject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 8 {
+		r, err := route.Route(ctx, &pb.RouteRequest{Tokens: toks, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := pk.Pick(ctx, &frontdoor.PickRequest{Tokens: toks}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(frontdoor.Outcome{Status: 200})
+		for _, id := range []string{r.NodeId, p.NodeID} {
+			if id == "hot" || id == "drain" {
+				t.Fatalf("gRPC chose %s, the front door %s: an ejected or draining node", r.NodeId, p.NodeID)
+			}
+		}
+		for _, c := range r.Candidates {
+			if c.NodeId == "hot" || c.NodeId == "drain" {
+				t.Fatalf("gRPC candidates include %s", c.NodeId)
+			}
+		}
+	}
+	// Un-ejected, the node with the prefix wins on both doors.
+	delete(eject, "hot")
+	r, err := route.Route(ctx, &pb.RouteRequest{Tokens: toks, DryRun: true})
+	if err != nil || r.NodeId != "hot" {
+		t.Fatalf("after recovery gRPC chose %v (%v)", r.GetNodeId(), err)
 	}
 }

@@ -38,6 +38,9 @@ type Config struct {
 	// step 5); nil
 	// means no adapter is pinned.
 	Pins PinTable
+	// Ejector, when set, keeps out of the candidates the nodes the front door's passive health
+	// has ejected (frontdoor.Health), so both doors choose among the same nodes.
+	Ejector interface{ Ejected(nodeID string) bool }
 	// Decider is the decision path shared with the HTTP front door and the sharer, so that both
 	// decide with the same code and state (Policy and PolicyConfig are then the decider's); nil
 	// builds one over the view's index with an overlay of its own.
@@ -57,6 +60,7 @@ type Server struct {
 	dec     *routing.Decider
 	tok     tokenizer.Tokenizer
 	pins    PinTable
+	ejected func(string) bool
 	metrics *metrics
 	pool    sync.Pool // *scratch
 }
@@ -90,7 +94,11 @@ func NewServer(view *View, cfg Config, reg prometheus.Registerer) (*Server, erro
 	if err != nil {
 		return nil, fmt.Errorf("router: register metrics: %w", err)
 	}
-	return &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m}, nil
+	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m}
+	if cfg.Ejector != nil {
+		s.ejected = cfg.Ejector.Ejected
+	}
+	return s, nil
 }
 
 // Decider returns the server's decision path.
@@ -102,12 +110,12 @@ func (s *Server) Register(g *grpc.Server) { pb.RegisterRouterServer(g, s) }
 // Route implements Router.Route.
 func (s *Server) Route(ctx context.Context, req *pb.RouteRequest) (*pb.RouteResponse, error) {
 	start := time.Now()
-	resp, err := s.route(req, start)
+	resp, err := s.route(ctx, req, start)
 	s.metrics.observe(resp, err, time.Since(start))
 	return resp, err
 }
 
-func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, error) {
+func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, error) {
 	tokens := req.GetTokens()
 	switch {
 	case len(tokens) > 0 && req.GetText() != "":
@@ -128,6 +136,20 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 			return nil, status.Errorf(codes.Unavailable, "route: tokenize the text: %v", err)
 		}
 	}
+	if !req.GetDryRun() {
+		// A burst's decisions, staggered as the front door's (routing.Decider.AdmissionDelay),
+		// before the view is read so the decision sees what arrived meanwhile.
+		dr := routing.DecideRequest{Tokens: tokens, SessionKey: routing.SessionKey(req.GetSessionId())}
+		if w := s.dec.AdmissionDelay(&dr, now); w > 0 {
+			t := time.NewTimer(w)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			now = time.Now()
+		}
+	}
 	sc, _ := s.pool.Get().(*scratch)
 	if sc == nil {
 		sc = new(scratch)
@@ -136,7 +158,9 @@ func (s *Server) route(req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, 
 	s.view.Nodes(&sc.snap)
 	sn := &sc.snap
 	allowed, pinned := allowedFilter(s.pins, req.GetAdapterId())
-	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, req.GetModel(), allowed)
+	// The same eligibility as the front door's picker (routing.Eligibility): pins, ejections,
+	// draining, model; the decider applies the in-flight cap and gives a cold node no affinity.
+	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, &routing.Eligibility{Model: req.GetModel(), Allowed: allowed, Ejected: s.ejected})
 	if len(sc.eligible) == 0 && allowed != nil {
 		return nil, status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q: adapter %d is pinned to %v",
 			len(sn.Nodes), req.GetModel(), req.GetAdapterId(), pinned)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/local"
@@ -28,12 +29,39 @@ type Decider struct {
 	maxPer  int
 	hooks   DeciderHooks
 
-	mu      sync.Mutex // guards own, peers and pending; serializes Choose with the load it saw
-	own     map[string]*InFlight
-	peers   peerLoads
+	mu     sync.Mutex // guards own, peers, pending and conc; serializes Choose with the load it saw
+	own    map[string]*InFlight
+	peers  peerLoads
+	conc   concurrency
+	slot   time.Duration // AdmissionDelay's stagger per expected concurrent decision
+	spread bool          // pass the learned concurrency to the policy
+
 	pending []*Ticket // committed requests before their first token, in a deterministic order
 
+	admitted atomic.Uint64 // AdmissionDelay calls, part of the stagger key
+
+	// commits counts decisions committed (Begin or Record): a decision that estimated before
+	// another committed estimates again under mu.
+	commits atomic.Uint64
+	// blockSize is the last decided request's block size: the tokens per hash of a peer's
+	// shared decision.
+	blockSize atomic.Int64
+	// refreshMu serializes RefreshPending; refresh is its copy of what is due, reported
+	// outside mu.
+	refreshMu sync.Mutex
+	refresh   []refreshItem
+	refreshH  []uint64
+
+	afterEstimate func() // tests only: called between the estimate and taking mu
+
 	tickets sync.Pool // *Ticket
+}
+
+// refreshItem is one pending decision due to be reported again: its node and hashes (a range of
+// Decider.refreshH).
+type refreshItem struct {
+	node     string
+	from, to int
 }
 
 // InFlight is a router's load on one node: requests sent and not finished, their prompt tokens,
@@ -56,9 +84,10 @@ func (l *InFlight) sub(o InFlight) {
 
 func (l InFlight) zero() bool { return l == InFlight{} }
 
-// DeciderHooks receive committed decisions; hashes are only valid during the call. Decide calls
-// them outside the decider's lock, RefreshPending under it: a hook must not call back into the
-// Decider (a sharer encodes and queues packets: router/share). Nil hooks are skipped.
+// DeciderHooks receive committed decisions; hashes are only valid during the call. Decide and
+// RefreshPending call them outside the decider's lock, so a hook may take its time (a sharer
+// encodes and queues packets: router/share) and may call back into the Decider. Nil hooks are
+// skipped.
 type DeciderHooks struct {
 	// OnDecision: a request with these block hashes was routed to node, whose summary (as the
 	// index holds it) already reports the first indexed of them.
@@ -76,7 +105,16 @@ type DeciderConfig struct {
 	// PeerLoadTTL is how long another router's load report counts without a refresh
 	// (DefaultPeerLoadTTL when 0).
 	PeerLoadTTL time.Duration
-	Hooks       DeciderHooks
+	// ConcurrencyWindow is how long after each of its decisions this router counts its peers'
+	// decisions as taken unseen beside it (concurrency.go; DefaultConcurrencyWindow when 0).
+	ConcurrencyWindow time.Duration
+	// AdmissionSlot is AdmissionDelay's stagger per expected concurrent decision
+	// (DefaultAdmissionSlot when 0; negative disables the stagger).
+	AdmissionSlot time.Duration
+	// NoSpread keeps the learned concurrency from the policy (Request.Concurrency stays 0), to
+	// measure what spreading bursts does.
+	NoSpread bool
+	Hooks    DeciderHooks
 }
 
 // NewDecider returns a decider over the summary index, the overlay (nil disables it) and a
@@ -85,7 +123,7 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 	if index == nil || policy == nil {
 		return nil, fmt.Errorf("new decider: an index and a policy are required: %w", ErrInvalid)
 	}
-	if cfg.MaxInFlightPerNode < 0 || cfg.PeerLoadTTL < 0 {
+	if cfg.MaxInFlightPerNode < 0 || cfg.PeerLoadTTL < 0 || cfg.ConcurrencyWindow < 0 {
 		return nil, fmt.Errorf("new decider: MaxInFlightPerNode %d, PeerLoadTTL %v must not be negative: %w",
 			cfg.MaxInFlightPerNode, cfg.PeerLoadTTL, ErrInvalid)
 	}
@@ -93,8 +131,21 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 	if ttl == 0 {
 		ttl = DefaultPeerLoadTTL
 	}
-	return &Decider{index: index, overlay: overlay, policy: policy, maxPer: cfg.MaxInFlightPerNode, hooks: cfg.Hooks,
-		own: make(map[string]*InFlight), peers: newPeerLoads(ttl)}, nil
+	d := &Decider{index: index, overlay: overlay, policy: policy, maxPer: cfg.MaxInFlightPerNode, hooks: cfg.Hooks,
+		own: make(map[string]*InFlight), peers: newPeerLoads(ttl)}
+	d.spread = !cfg.NoSpread
+	d.slot = cfg.AdmissionSlot
+	if d.slot == 0 {
+		d.slot = DefaultAdmissionSlot
+	}
+	d.conc.window = cfg.ConcurrencyWindow
+	if d.conc.window == 0 {
+		d.conc.window = DefaultConcurrencyWindow
+	}
+	// A node that left or restarted frees its overlay slot: what this router expected on it
+	// is gone with its cache, and slots kept for departed ids slow every estimate.
+	index.OnRemove(d.ForgetNode)
+	return d, nil
 }
 
 // SetHooks replaces the hooks (before the decider is used concurrently with the change).
@@ -174,34 +225,30 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	}
 	c.blocks, c.matched, c.iblocks = grow(c.blocks, k), grow(c.matched, k), grow(c.iblocks, k)
 	bs0 := blockSizeOf(&nodes[0])
+	if int64(bs0) != d.blockSize.Load() {
+		d.blockSize.Store(int64(bs0))
+	}
 	c.hashes = local.AppendBlockHashes(c.hashes[:0], req.Tokens, bs0, req.AdapterID)
-	d.estimate(c.hashes, c.ids, c.blocks, c.iblocks, now)
-	mixed := false
-	for i := range nodes {
-		c.matched[i] = c.blocks[i] * bs0
-		if blockSizeOf(&nodes[i]) != bs0 {
-			mixed = true
-		}
-	}
-	if mixed { // rare: a fleet normally has one block size
-		for i := range nodes {
-			if bs := blockSizeOf(&nodes[i]); bs != bs0 {
-				c.extra = local.AppendBlockHashes(c.extra[:0], req.Tokens, bs, req.AdapterID)
-				d.estimate(c.extra, c.ids[i:i+1], c.blocks[i:i+1], c.iblocks[i:i+1], now)
-				c.matched[i] = c.blocks[i] * bs
-			}
-		}
-	}
-	for i := range nodes {
-		if nodes[i].Cold { // a partial summary: no affinity from it, nor from the overlay on top of it
-			c.blocks[i], c.iblocks[i], c.matched[i] = 0, 0, 0
-		}
+	// The estimate (an index walk) runs outside the lock so that decisions estimate in
+	// parallel; commits counts what this router committed since, and a decision that sees it
+	// moved estimates again under the lock, so a burst on one router sees its own prefixes.
+	seen := d.commits.Load()
+	d.fill(req, nodes, bs0, c, now)
+	if d.afterEstimate != nil {
+		d.afterEstimate()
 	}
 	rq := Request{Hashes: c.hashes, PromptTokens: len(req.Tokens), AdapterID: req.AdapterID, Model: req.Model,
 		SessionKey: req.SessionKey, BlockSize: bs0}
 
 	d.mu.Lock()
+	if d.commits.Load() != seen {
+		d.fill(req, nodes, bs0, c, now)
+	}
 	d.peers.expire(now)
+	if d.spread {
+		rq.Concurrency = d.conc.estimate(now)
+	}
+	span := admissionSpan(d.conc.burstSize(now), d.slot)
 	// Keep the candidates under the cap; orig maps the kept ones back to the caller's indices.
 	c.orig = c.orig[:0]
 	kept := 0
@@ -266,7 +313,8 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	indexed := c.iblocks[chosen]
 	hold := c.Hashes[min(indexed, len(c.Hashes)):]
 	var t *Ticket
-	if commit == CommitBegin {
+	switch commit {
+	case CommitBegin:
 		t = d.newTicket(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold)
 		t.shared, t.pendingAt = now, len(d.pending)
 		d.pending = append(d.pending, t)
@@ -276,24 +324,54 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 			d.own[id] = l
 		}
 		l.add(t.load)
-	}
-	d.mu.Unlock()
-
-	switch commit {
-	case CommitBegin:
+		// Inside the critical section: the next decision, waiting on mu, estimates with this
+		// request's prefix already held on its node.
 		if d.overlay != nil {
 			d.overlay.Begin(id, *t.hashes, now)
 		}
 		c.Ticket = t
+		d.commits.Add(1)
+		d.conc.ownDecision(now, span)
 	case CommitRecord:
 		if d.overlay != nil {
 			d.overlay.Record(id, hold, now)
 		}
+		d.commits.Add(1)
+		d.conc.ownDecision(now, span)
 	}
+	d.mu.Unlock()
+
 	if commit != CommitNone && d.hooks.OnDecision != nil {
 		d.hooks.OnDecision(id, c.Hashes, indexed, now)
 	}
 	return nil
+}
+
+// fill hashes the prompt at the candidates' block sizes and estimates each candidate's matched
+// blocks (index and overlay) into c.blocks, c.iblocks and c.matched.
+func (d *Decider) fill(req *DecideRequest, nodes []NodeInfo, bs0 int, c *Choice, now time.Time) {
+	d.estimate(c.hashes, c.ids, c.blocks, c.iblocks, now)
+	mixed := false
+	for i := range nodes {
+		c.matched[i] = c.blocks[i] * bs0
+		if blockSizeOf(&nodes[i]) != bs0 {
+			mixed = true
+		}
+	}
+	if mixed { // rare: a fleet normally has one block size
+		for i := range nodes {
+			if bs := blockSizeOf(&nodes[i]); bs != bs0 {
+				c.extra = local.AppendBlockHashes(c.extra[:0], req.Tokens, bs, req.AdapterID)
+				d.estimate(c.extra, c.ids[i:i+1], c.blocks[i:i+1], c.iblocks[i:i+1], now)
+				c.matched[i] = c.blocks[i] * bs
+			}
+		}
+	}
+	for i := range nodes {
+		if nodes[i].Cold { // a partial summary: no affinity from it, nor from the overlay on top of it
+			c.blocks[i], c.iblocks[i], c.matched[i] = 0, 0, 0
+		}
+	}
 }
 
 // inFlightLocked is this router's plus its peers' load on node. Callers hold mu.
@@ -314,6 +392,44 @@ func (d *Decider) estimate(hashes []uint64, ids []string, blocks, iblocks []int,
 	if d.overlay != nil {
 		d.overlay.Estimate(hashes, ids, blocks, now)
 	}
+}
+
+// AdmissionDelay is how long the caller should wait before deciding req at now: 0 unless this
+// router has learned that its peers decide in the same instants as it does (bursts: a trace's
+// simultaneous arrivals, an agent's fan-out, a batch job), and then a stagger over a few share
+// latencies per expected concurrent decision (at most MaxAdmissionDelay) chosen by the request,
+// so that the replicas' decisions in one instant come one after the other and each sees the
+// others' shared decisions and load, as one router deciding them in turn would. Routers that
+// wait call Decide afterwards with the later time; callers that cannot wait skip it.
+func (d *Decider) AdmissionDelay(req *DecideRequest, now time.Time) time.Duration {
+	if d.slot <= 0 {
+		return 0
+	}
+	d.mu.Lock()
+	c := d.conc.burstSize(now)
+	d.mu.Unlock()
+	if c < SpreadMinConcurrency {
+		return 0
+	}
+	return admissionDelay(c, admissionKey(req, d.admitted.Add(1)), d.slot)
+}
+
+// admissionKey is a request's stagger key: its length, a few of its tokens and the decider's
+// count of admissions, cheap (no hashing of the prompt) and deterministic.
+func admissionKey(req *DecideRequest, seq uint64) uint64 {
+	k := uint64(len(req.Tokens))<<40 ^ seq ^ req.SessionKey
+	if n := len(req.Tokens); n > 0 {
+		k ^= mix64(uint64(req.Tokens[0]) | uint64(req.Tokens[n/2])<<20 | uint64(req.Tokens[n-1])<<40)
+	}
+	return k
+}
+
+// Concurrency returns how many decisions this router expects its peers to take, unseen, beside
+// one of its own at now (concurrency.go).
+func (d *Decider) Concurrency(now time.Time) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conc.estimate(now)
 }
 
 // OwnInFlight returns this router's own load on node (not its peers').
@@ -361,12 +477,15 @@ func (d *Decider) Expire(now time.Time) {
 	d.mu.Unlock()
 }
 
-// ForgetNode drops everything this router recorded for node in its overlay (it left or
-// restarted). In-flight counts stay until their requests end.
+// ForgetNode drops everything this router recorded for node in its overlay and frees its slot
+// (it left or restarted). The index calls it (Index.OnRemove) when the mirror removes a node or
+// installs a summary of a new epoch. In-flight counts stay until their requests end; their
+// first tokens then record nothing for a node the index no longer holds.
 func (d *Decider) ForgetNode(node string) {
 	if d.overlay != nil {
 		d.overlay.ForgetNode(node)
 	}
+	d.commits.Add(1)
 }
 
 // Ticket is one committed (CommitBegin) request. FirstToken (optional, at most once) ends its
@@ -408,14 +527,24 @@ func (d *Decider) RefreshPending(now time.Time, every time.Duration) {
 	if d.hooks.OnDecision == nil {
 		return
 	}
+	d.refreshMu.Lock()
+	defer d.refreshMu.Unlock()
+	// Copy what is due under mu (Done cannot recycle a ticket's hashes before it has taken mu
+	// to drop it), then report outside it: a sharer encodes packets in the hook, and decisions
+	// must not wait for that.
+	d.refresh, d.refreshH = d.refresh[:0], d.refreshH[:0]
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, t := range d.pending {
-		// Held under mu: Done cannot recycle the hashes before it has taken mu to drop t.
 		if now.Sub(t.shared) >= every {
 			t.shared = now
-			d.hooks.OnDecision(t.node, *t.hashes, 0, now)
+			from := len(d.refreshH)
+			d.refreshH = append(d.refreshH, *t.hashes...)
+			d.refresh = append(d.refresh, refreshItem{node: t.node, from: from, to: len(d.refreshH)})
 		}
+	}
+	d.mu.Unlock()
+	for _, r := range d.refresh {
+		d.hooks.OnDecision(r.node, d.refreshH[r.from:r.to], 0, now)
 	}
 }
 
@@ -475,7 +604,7 @@ func (t *Ticket) releaseLocked(now time.Time, ok, end bool) {
 	}
 	h := *t.hashes
 	if d.overlay != nil {
-		if ok {
+		if ok && d.index.Has(t.node) {
 			d.overlay.End(t.node, h, now)
 		} else {
 			d.overlay.Abort(t.node, h)

@@ -96,6 +96,35 @@ type Index struct {
 	refused uint64
 
 	scratch sync.Pool // *estimateScratch, see estimate.go
+
+	hookMu   sync.Mutex
+	onRemove []func(node string) // OnRemove
+}
+
+// OnRemove registers f to be called, outside the index's lock, after a node is removed
+// (RemoveNode) or its summary replaced by one of another epoch (a restart): whatever was kept
+// about the node beside the index — a decider's overlay slot — is stale then (Decider does).
+func (x *Index) OnRemove(f func(node string)) {
+	x.hookMu.Lock()
+	defer x.hookMu.Unlock()
+	x.onRemove = append(x.onRemove, f)
+}
+
+func (x *Index) removed(node string) {
+	x.hookMu.Lock()
+	hooks := x.onRemove
+	x.hookMu.Unlock()
+	for _, f := range hooks {
+		f(node)
+	}
+}
+
+// Has reports whether the index holds a summary of node (it is a member the mirror has synced).
+func (x *Index) Has(node string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, ok := x.slots.lookup(node)
+	return ok
 }
 
 // NewIndex returns an empty index. A non-positive MaxPairs is replaced by DefaultMaxPairs.
@@ -152,8 +181,8 @@ func (x *Index) ApplyDelta(node string, epoch, fromSeq, toSeq uint64, events []C
 // known about the node first.
 func (x *Index) ReplaceNode(node string, epoch, seq uint64, hashes []uint64) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	slot, created := x.slots.acquire(node)
+	restarted := false
 	if created {
 		for int(slot) >= len(x.nodes) {
 			x.nodes = append(x.nodes, nodeEntry{})
@@ -162,20 +191,25 @@ func (x *Index) ReplaceNode(node string, epoch, seq uint64, hashes []uint64) {
 			x.words = append(x.words, &bitTable{})
 		}
 	} else {
+		restarted = x.nodes[slot].epoch != epoch
 		x.clearSlot(slot)
 	}
 	x.nodes[slot] = nodeEntry{id: node, epoch: epoch, seq: seq}
 	for _, h := range hashes {
 		x.add(slot, h)
 	}
+	x.mu.Unlock()
+	if restarted {
+		x.removed(node)
+	}
 }
 
 // RemoveNode forgets node entirely (it left the cluster).
 func (x *Index) RemoveNode(node string) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	slot, ok := x.slots.lookup(node)
 	if !ok {
+		x.mu.Unlock()
 		return
 	}
 	x.clearSlot(slot)
@@ -183,6 +217,8 @@ func (x *Index) RemoveNode(node string) {
 	x.slots.release(node)
 	x.nodes = x.nodes[:len(x.slots.ids)]
 	x.words = x.words[:x.slots.words()]
+	x.mu.Unlock()
+	x.removed(node)
 }
 
 // NodeState returns the epoch and sequence number the index holds for node and how many hashes.

@@ -47,6 +47,11 @@ type Request struct {
 	Model        string
 	SessionKey   uint64 // 0 = none
 	BlockSize    int
+	// Concurrency is how many decisions other routers are expected to take, unseen, in the
+	// same instant as this one (the Decider learns it: concurrency.go); 0 for one router and
+	// for smooth traffic. prefixmesh spreads the request over the nodes such a burst would fill
+	// when it is at least SpreadMinConcurrency.
+	Concurrency float64
 }
 
 // Candidate is one node's line in a decision.
@@ -80,6 +85,7 @@ type Policy interface {
 // Reasons reported in Decision.Reason.
 const (
 	ReasonMinTTFT       = "min-ttft"
+	ReasonBurstSpread   = "min-ttft-burst-spread"
 	ReasonSession       = "session-affinity"
 	ReasonRoundRobin    = "round-robin"
 	ReasonLeastLoaded   = "least-loaded"
@@ -216,24 +222,49 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 	return nil, fmt.Errorf("new policy %q: %w", name, ErrUnknownPolicy)
 }
 
+// Eligibility is what keeps a node out of a request's candidates. Every door decides with it
+// (gRPC Route, the HTTP front door and whatever calls the front door's picker), so that a node
+// ejected, draining, dead, serving another model, outside an adapter's pins or already tried is
+// never chosen by one door and avoided by another. A cold node stays eligible (the Decider gives
+// it no affinity) and the per-node in-flight cap is the Decider's, applied to what is eligible.
+type Eligibility struct {
+	Model   string               // the base model; "" allows any
+	Allowed func(id string) bool // an adapter's pins; nil allows every node
+	Exclude []string             // nodes this request has already tried
+	Ejected func(id string) bool // passive health's ejections; nil ejects none
+}
+
+// Eligible reports whether n may serve the request.
+func (e *Eligibility) Eligible(n *NodeInfo) bool {
+	switch {
+	case !n.Alive || n.Draining || (e.Model != "" && n.Model != e.Model):
+		return false
+	case e.Allowed != nil && !e.Allowed(n.ID):
+		return false
+	case e.Ejected != nil && e.Ejected(n.ID):
+		return false
+	}
+	for _, x := range e.Exclude {
+		if x == n.ID {
+			return false
+		}
+	}
+	return true
+}
+
 // Eligible returns the indices of nodes that may serve a request: alive, not draining, serving
 // model (any model when model is ""), and allowed by the adapter's pins (allowed == nil allows
 // all).
 func Eligible(nodes []NodeInfo, model string, allowed func(id string) bool) []int {
-	return AppendEligible(nil, nodes, model, allowed)
+	return AppendEligible(nil, nodes, &Eligibility{Model: model, Allowed: allowed})
 }
 
-// AppendEligible is Eligible appending to dst, for callers that reuse a buffer.
-func AppendEligible(dst []int, nodes []NodeInfo, model string, allowed func(id string) bool) []int {
+// AppendEligible appends to dst the indices of nodes that e lets serve the request.
+func AppendEligible(dst []int, nodes []NodeInfo, e *Eligibility) []int {
 	for i := range nodes {
-		n := &nodes[i]
-		if !n.Alive || n.Draining || (model != "" && n.Model != model) {
-			continue
+		if e.Eligible(&nodes[i]) {
+			dst = append(dst, i)
 		}
-		if allowed != nil && !allowed(n.ID) {
-			continue
-		}
-		dst = append(dst, i)
 	}
 	return dst
 }

@@ -67,9 +67,86 @@ func (p *prefixMesh) Choose(req *Request, nodes []NodeInfo, matchedTokens []int,
 		// Every node is over the bound, which only fractional (age-discounted) loads allow:
 		// fall back to the least loaded.
 		best = minLoad(requestKey(req), nodes, d.Candidates)
+		finish(d, best, matchedTokens, ReasonMinTTFT)
+		return nil
+	}
+	if req.Concurrency >= SpreadMinConcurrency {
+		if s := spread(req, nodes, matchedTokens, best, d.Candidates, &p.cfg); s != best {
+			finish(d, s, matchedTokens, ReasonBurstSpread)
+			return nil
+		}
 	}
 	finish(d, best, matchedTokens, ReasonMinTTFT)
 	return nil
+}
+
+// SpreadMinConcurrency is the expected number of unseen concurrent decisions from which
+// prefixmesh spreads a request (Request.Concurrency): at least one other router deciding in the
+// same instant, so smooth traffic, where that happens a few times in a hundred, keeps the exact
+// cheapest choice.
+const SpreadMinConcurrency = 0.5
+
+// spread chooses among the candidates a burst would fill: if the Concurrency other routers'
+// decisions in this instant are like this one, each adds the request's work at the cheapest node
+// (best), and one router deciding them in turn would water-fill the costs — every node whose
+// cost is below the level L at which the filled volume equals that work takes a share
+// proportional to L − cost. Each request is placed by a weighted rendezvous of its own chain
+// (Schindelhauer and Schomaker's weighted distributed hash tables: the node maximising
+// w / −ln(u), u the request's uniform hash on the node, wins with probability w / Σw), so the
+// routers' choices in one instant spread as that water-filling does, a request's choice is the
+// same on every router, and identical prompts still land together. Costs carry the miss penalty,
+// so a node without the request's prefix joins only when the burst's work outweighs the cache.
+func spread(req *Request, nodes []NodeInfo, matched []int, best int, cands []Candidate, cfg *PolicyConfig) int {
+	rate := nodes[best].PrefillTokensPerSec
+	if !(rate > 0) {
+		rate = cfg.DefaultPrefillTokensPerSec
+	}
+	need := float64(max(req.PromptTokens-matched[best], 0))
+	vol := req.Concurrency * need / rate // seconds of work the unseen decisions add
+	lo := cands[best].Score
+	if !(vol > 0) {
+		return best
+	}
+	// The level L: sum over candidates of max(0, L − score) == vol, by bisection (monotone).
+	hi := lo + vol
+	for range 48 {
+		mid := (lo + hi) / 2
+		f := 0.0
+		for i := range cands {
+			if s := cands[i].Score; s < mid {
+				f += mid - s
+			}
+		}
+		if f < vol {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	level := hi
+	key := mix64(requestKey(req) ^ spreadKey(req))
+	choice, bestV := best, -1.0
+	for i := range cands {
+		w := level - cands[i].Score
+		if !(w > 0) || math.IsInf(cands[i].Score, 1) {
+			continue
+		}
+		u := (float64(RendezvousWeight(key, nodes[i].ID)>>11) + 0.5) / (1 << 53)
+		if v := w / -math.Log(u); v > bestV {
+			choice, bestV = i, v
+		}
+	}
+	return choice
+}
+
+// spreadKey is the request's own key for spreading: its last block hash (the whole chain) and
+// prompt length, so requests that share a first block but differ later spread apart.
+func spreadKey(req *Request) uint64 {
+	k := uint64(req.PromptTokens)
+	if n := len(req.Hashes); n > 0 {
+		k ^= mix64(req.Hashes[n-1])
+	}
+	return k ^ req.SessionKey
 }
 
 // expectedTTFT is the prefixmesh cost of sending req to n given matched tokens there, in seconds

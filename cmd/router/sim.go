@@ -45,7 +45,8 @@ type simFlags struct {
 	speed, loss, prefill, decode, sessions    float64
 	loadFactor, missPenalty                   float64
 	seed                                      uint64
-	delay, repairDelay                        time.Duration
+	noStagger, noSpread                       bool
+	delay, repairDelay, arrivalQuantum        time.Duration
 }
 
 // simConfigJSON is the "config" object of --json: every input that shapes the numbers.
@@ -74,6 +75,9 @@ type simConfigJSON struct {
 	ShareDelayS         float64  `json:"share_delay_s"`
 	ShareLoss           float64  `json:"share_loss"`
 	ShareIntervalS      float64  `json:"share_interval_s"`
+	ArrivalQuantumS     float64  `json:"arrival_quantum_s"`
+	BurstStagger        bool     `json:"burst_stagger"`
+	BurstSpread         bool     `json:"burst_spread"`
 }
 
 // simReport is the --json document; the unexported fields feed the table.
@@ -106,6 +110,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once (output does not depend on it)")
 	fs.IntVar(&f.systemPrompts, "azure-system-prompts", rdef.SystemPrompts, "Azure: shared system prompts laid over the trace (0: no synthetic prefix structure)")
 	fs.Float64Var(&f.sessions, "azure-session-share", rdef.SessionShare, "Azure: share of requests continuing a recent conversation")
+	fs.DurationVar(&f.arrivalQuantum, "arrival-quantum", 0, "round every arrival down to a multiple of this (after --speed), replaying bursts of simultaneous requests from any trace; 0: as recorded")
+	fs.BoolVar(&f.noStagger, "no-burst-stagger", false, "routers decide the instant a request arrives, even when they have learned that their peers decide in the same instants (measures the stagger)")
+	fs.BoolVar(&f.noSpread, "no-burst-spread", false, "prefixmesh chooses the cheapest node even when the routers have learned that decisions arrive together (measures the spread)")
 	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 = arrivals twice as fast)")
 	fs.Float64Var(&f.loss, "loss", 0, "probability that a summary delta is lost (repaired by a snapshot)")
 	fs.Float64Var(&f.prefill, "prefill-tokens-per-s", def.PrefillTokensPerSec, "uncached prefill rate of a node")
@@ -161,6 +168,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.Delay, cfg.RepairDelay, cfg.Loss, cfg.Seed = f.delay, f.repairDelay, f.loss, f.seed
 	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
 	cfg.ShareDelay, cfg.ShareLoss, cfg.ShareInterval, cfg.LoadInterval = f.shareDelay, f.shareLoss, f.shareInterval, f.loadInterval
+	cfg.NoAdmissionDelay, cfg.NoSpread = f.noStagger, f.noSpread
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -172,8 +180,8 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	if err != nil {
 		return nil, err
 	}
-	if !(f.speed > 0) || f.limit < 0 {
-		return nil, fmt.Errorf("--speed must be positive and --limit non-negative")
+	if !(f.speed > 0) || f.limit < 0 || f.arrivalQuantum < 0 {
+		return nil, fmt.Errorf("--speed must be positive and --limit and --arrival-quantum non-negative")
 	}
 	policies, err := parsePolicies(f.policies)
 	if err != nil {
@@ -190,6 +198,11 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	}
 	if len(tr.Requests) == 0 {
 		return nil, fmt.Errorf("trace %s has no requests", path)
+	}
+	if f.arrivalQuantum > 0 {
+		if err := tr.QuantizeArrivals(f.arrivalQuantum); err != nil {
+			return nil, err
+		}
 	}
 
 	type combo struct {
@@ -224,7 +237,8 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		Speed: f.speed, Limit: f.limit, Seed: f.seed, LoadFactor: cfg.Policy.LoadFactor, MinLoadBound: cfg.Policy.MinLoadBound,
 		MissPenalty: cfg.Policy.MissPenalty, Policies: policies, Routers: routerCounts, Sharing: sharings,
 		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
-		ShareIntervalS: cfg.ShareInterval.Seconds()}
+		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds(),
+		BurstStagger: !f.noStagger, BurstSpread: !f.noSpread}
 
 	// One job per run plus the references; each is independent and deterministic, so the
 	// results do not depend on how many run at once.
@@ -400,8 +414,12 @@ func readTrace(path, format string, opt sim.ReadOptions) (*sim.Trace, error) {
 // writeTable prints one row per policy and the reference rows.
 func writeTable(w io.Writer, rep *simReport) {
 	c := rep.cfg
-	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g\n\n",
-		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss)
+	quantum := ""
+	if rep.Config.ArrivalQuantumS > 0 {
+		quantum = fmt.Sprintf("; arrivals rounded down to %v", time.Duration(rep.Config.ArrivalQuantumS*float64(time.Second)))
+	}
+	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g%s\n\n",
+		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss, quantum)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\trouters\tsharing\thit %\tvs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\t")
 	pooled := rep.Reference.PooledLRUHitRatio

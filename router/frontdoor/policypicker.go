@@ -21,7 +21,7 @@ import (
 type PolicyPicker struct {
 	src     NodeSource
 	dec     *routing.Decider
-	ejector Ejector // nil: nothing is ejected
+	ejected func(string) bool // nil: nothing is ejected
 	now     func() time.Time
 
 	scratch sync.Pool // *pickScratch
@@ -72,7 +72,11 @@ func NewDeciderPicker(src NodeSource, d *routing.Decider, cfg PolicyPickerConfig
 	if now == nil {
 		now = time.Now
 	}
-	return &PolicyPicker{src: src, dec: d, ejector: cfg.Ejector, now: now}, nil
+	p := &PolicyPicker{src: src, dec: d, now: now}
+	if cfg.Ejector != nil {
+		p.ejected = cfg.Ejector.Ejected
+	}
+	return p, nil
 }
 
 // Decider returns the picker's decider.
@@ -118,6 +122,19 @@ type pickScratch struct {
 	choice routing.Choice
 }
 
+// waitAdmission waits d, or until ctx ends.
+func waitAdmission(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // InFlight returns this router's own requests in flight to node.
 func (p *PolicyPicker) InFlight(node string) int { return p.dec.OwnInFlight(node).Requests }
 
@@ -134,17 +151,25 @@ func (p *PolicyPicker) Models() []string {
 }
 
 // Pick implements Picker.
-func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []string) (Pick, error) {
+func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []string) (Pick, error) {
+	dr := routing.DecideRequest{Tokens: req.Tokens, AdapterID: req.AdapterID, Model: req.Model, SessionKey: req.SessionKey}
+	// When this router has learned that its peers decide in the same instants (bursts), the
+	// decision waits a few milliseconds chosen by the request, so that the replicas' decisions
+	// come one after another and each sees the others' (routing.Decider.AdmissionDelay); the
+	// nodes are listed after the wait. A cancelled request stops waiting and is decided at once.
+	waitAdmission(ctx, p.dec.AdmissionDelay(&dr, p.now()))
 	sc, _ := p.scratch.Get().(*pickScratch)
 	if sc == nil {
 		sc = new(pickScratch)
 	}
 	defer p.scratch.Put(sc)
 	sc.nodes, sc.urls = sc.nodes[:0], sc.urls[:0]
+	// The same eligibility as gRPC Route (routing.Eligibility); pins come in as exclusions
+	// (router.PinnedPicker), the in-flight cap and cold nodes are the decider's.
+	el := routing.Eligibility{Model: req.Model, Exclude: exclude, Ejected: p.ejected}
 	for _, n := range p.src.Nodes() {
 		in := &n.Info
-		if !in.Alive || in.Draining || (req.Model != "" && in.Model != req.Model) ||
-			slices.Contains(exclude, in.ID) || (p.ejector != nil && p.ejector.Ejected(in.ID)) {
+		if !el.Eligible(in) {
 			continue
 		}
 		sc.nodes = append(sc.nodes, *in)
@@ -153,7 +178,6 @@ func (p *PolicyPicker) Pick(_ context.Context, req *PickRequest, exclude []strin
 	if len(sc.nodes) == 0 {
 		return Pick{}, ErrNoNodes
 	}
-	dr := routing.DecideRequest{Tokens: req.Tokens, AdapterID: req.AdapterID, Model: req.Model, SessionKey: req.SessionKey}
 	c := &sc.choice
 	if err := p.dec.Decide(&dr, sc.nodes, p.now(), routing.CommitBegin, c); err != nil {
 		if errors.Is(err, routing.ErrOverloaded) {

@@ -242,8 +242,8 @@ func (d *routerd) buildMirror() error {
 
 // buildDecisionPath builds the one decision path of every door (the same policy instance,
 // overlay and in-flight counts, whichever door a request comes through), the sharing of its
-// decisions with the other routers, and the gRPC server with Route, Pins and health
-// (NOT_SERVING until the mirror has synced).
+// decisions with the other routers, the front door on it, and the gRPC server with Route, Pins
+// and health (NOT_SERVING until the mirror has synced).
 func (d *routerd) buildDecisionPath() error {
 	pol, err := routing.NewPolicy(d.cfg.Policy, d.cfg.policyConfig())
 	if err != nil {
@@ -255,7 +255,13 @@ func (d *routerd) buildDecisionPath() error {
 	if d.sharer, err = share.New(share.DefaultConfig(d.cfg.NodeID), d.decider, d.agent, d.reg); err != nil {
 		return err
 	}
+	// The OpenAI-compatible front door first, so that Route leaves out the nodes its passive
+	// health ejects, as the front door does.
+	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, d.reg, d.logger.With("component", "frontdoor")); err != nil {
+		return err
+	}
 	rcfg := router.DefaultConfig()
+	rcfg.Ejector = d.fd.Health
 	rcfg.Policy = d.cfg.Policy
 	rcfg.PolicyConfig = d.cfg.policyConfig()
 	rcfg.Pins = d.plane.table
@@ -282,13 +288,10 @@ func (d *routerd) buildDecisionPath() error {
 	return nil
 }
 
-// buildDoors builds the OpenAI-compatible front door (beside /metrics and /healthz) and, with
+// buildDoors builds the HTTP server of the front door (beside /metrics and /healthz) and, with
 // --ext-proc-listen, the inference gateway's endpoint picker on the front door's decision path.
 func (d *routerd) buildDoors(ctx context.Context) error {
 	var err error
-	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, d.reg, d.logger.With("component", "frontdoor")); err != nil {
-		return err
-	}
 	if d.epp, err = newEndpointPicker(d.cfg, d.fd, d.agent.Mirror(), d.conns, d.reg, d.logger.With("component", "extproc")); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ type metrics struct {
 	queued, sent, received *prometheus.CounterVec // by kind: decision, load
 	sentBytes              *prometheus.CounterVec // by kind
 	drops                  *prometheus.CounterVec // by reason
+	forgotten              prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, dec *routing.Decider) (*metrics, error) {
@@ -32,11 +33,14 @@ func newMetrics(reg prometheus.Registerer, dec *routing.Decider) (*metrics, erro
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "prefixmesh_share_dropped_packets_total", Help: "Share packets dropped, by reason.",
 		}, []string{"reason"}),
+		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "prefixmesh_share_peers_forgotten_total", Help: "Peer routers whose load was dropped because they left the membership.",
+		}),
 	}
 	peers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "prefixmesh_share_peers", Help: "Other routers whose in-flight load report counts.",
 	}, func() float64 { return float64(dec.Peers()) })
-	for _, c := range []prometheus.Collector{m.queued, m.sent, m.sentBytes, m.received, m.drops, peers} {
+	for _, c := range []prometheus.Collector{m.queued, m.sent, m.sentBytes, m.received, m.drops, m.forgotten, peers} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -17,7 +17,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +35,15 @@ type Transport interface {
 }
 
 var _ Transport = (*cluster.Agent)(nil)
+
+// Membership lists the live members (*cluster.Agent does). A Transport that implements it lets
+// the sharer forget the load of a router that left at once, rather than after
+// routing.DefaultPeerLoadTTL.
+type Membership interface {
+	Members() []cluster.Meta
+}
+
+var _ Membership = (*cluster.Agent)(nil)
 
 // ErrConfig reports an unusable Config.
 var ErrConfig = errors.New("share: invalid config")
@@ -89,6 +100,15 @@ type Sharer struct {
 	mu     sync.Mutex // guards chunks (the request path's scratch)
 	chunks []routing.ShareChunk
 
+	// decided is set when a decision was shared since the last load report: peers count a
+	// shared decision as provisional load until the next report (routing.Decider.PeerDecision),
+	// so one goes out at the next Interval even if the counts did not change (a gRPC Route
+	// decision is never in flight).
+	decided atomic.Bool
+
+	members Membership // nil: peers are forgotten by the TTL only
+	peerIDs []string   // sendLoop's scratch
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -116,6 +136,7 @@ func New(cfg Config, dec *routing.Decider, tr Transport, reg prometheus.Register
 		OnDecision: func(node string, hashes []uint64, indexed int, _ time.Time) { s.decision(node, hashes, indexed) },
 	})
 	tr.SetShareHandler(s.receive)
+	s.members, _ = tr.(Membership)
 	return s, nil
 }
 
@@ -124,6 +145,7 @@ func (s *Sharer) decision(node string, hashes []uint64, indexed int) {
 	if len(node) > cluster.MaxNodeIDBytes || indexed >= len(hashes) {
 		return // the node already reports the whole chain: nothing only this router knows
 	}
+	s.decided.Store(true)
 	s.mu.Lock()
 	s.chunks = routing.AppendShareChunks(s.chunks[:0], s.cfg.RouterID, node, indexed, len(hashes))
 	for _, c := range s.chunks {
@@ -197,7 +219,7 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 	defer t.Stop()
 	var loads, last []routing.NodeInFlight
 	var parts []int
-	var lastSent time.Time
+	var lastSent, lastPruned time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,12 +229,16 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 			s.bufs.Put(b)
 		case <-t.C:
 			now := s.now()
+			if now.Sub(lastPruned) >= s.cfg.Heartbeat {
+				lastPruned = now
+				s.forgetDeparted()
+			}
 			// Requests still queued keep being reported so the other routers keep expecting
 			// their prefix as this router does (its overlay holds them until the first token).
 			s.dec.RefreshPending(now, routing.DefaultOverlayTTL/2)
 			loads = s.dec.AppendOwnLoads(loads[:0])
 			parts = routing.AppendLoadParts(parts[:0], s.cfg.RouterID, loads) // sorts loads
-			if equalLoads(loads, last) && now.Sub(lastSent) < s.cfg.Heartbeat {
+			if !s.decided.Swap(false) && equalLoads(loads, last) && now.Sub(lastSent) < s.cfg.Heartbeat {
 				continue
 			}
 			last = append(last[:0], loads...)
@@ -230,6 +256,24 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 				s.bufs.Put(b)
 				start = end
 			}
+		}
+	}
+}
+
+// forgetDeparted drops the load of every peer router that is no longer a member.
+func (s *Sharer) forgetDeparted() {
+	if s.members == nil {
+		return
+	}
+	s.peerIDs = s.dec.PeerIDs(s.peerIDs[:0])
+	if len(s.peerIDs) == 0 {
+		return
+	}
+	ms := s.members.Members()
+	for _, p := range s.peerIDs {
+		if !slices.ContainsFunc(ms, func(m cluster.Meta) bool { return m.Role == cluster.RoleRouter && m.NodeID == p }) {
+			s.dec.ForgetPeer(p)
+			s.m.forgotten.Inc()
 		}
 	}
 }
@@ -270,7 +314,10 @@ func (s *Sharer) receiveLoop(ctx context.Context) {
 				if d.RouterID == s.cfg.RouterID {
 					continue // our own, looped back
 				}
-				s.dec.PeerDecision(d.NodeID, d.Hashes, s.now())
+				if !s.dec.PeerDecision(d.RouterID, d.NodeID, d.Offset, d.Hashes, s.now()) {
+					s.m.drops.WithLabelValues("unknown_node").Inc()
+					continue
+				}
 				s.m.received.WithLabelValues("decision").Inc()
 			case cluster.IsShareLoad(b):
 				if err := l.UnmarshalBinary(b); err != nil {

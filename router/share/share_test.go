@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -115,9 +118,9 @@ func TestSharerDecisionsAndLoad(t *testing.T) {
 	c.Ticket.FirstToken(time.Now())
 	c.Ticket.Done(time.Now(), true)
 	eventually(t, "r1 sees r0's request end", func() bool { return d1.TotalInFlight("b", time.Now()) == routing.InFlight{} })
-	if d1.Peers() != 1 || d0.Peers() != 1 {
-		t.Fatalf("peers %d, %d", d1.Peers(), d0.Peers())
-	}
+	// Each counts the other once its first load report (every Interval) has arrived: r1 may have
+	// counted r0's request from the decision packet alone, before any report.
+	eventually(t, "each router counts the other as a peer", func() bool { return d1.Peers() == 1 && d0.Peers() == 1 })
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -129,5 +132,85 @@ func TestConfigValidate(t *testing.T) {
 		if c.Validate() == nil {
 			t.Fatalf("accepted %+v", c)
 		}
+	}
+}
+
+// memberBus is a bus whose members also answer the membership (cluster.Agent's Members).
+type memberBus struct {
+	*member
+	mu    sync.Mutex
+	metas []cluster.Meta
+}
+
+func (m *memberBus) Members() []cluster.Meta {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]cluster.Meta(nil), m.metas...)
+}
+
+func (m *memberBus) set(metas ...cluster.Meta) {
+	m.mu.Lock()
+	m.metas = metas
+	m.mu.Unlock()
+}
+
+// A router that leaves the membership stops counting at once (ForgetPeer), not only after the
+// peer-load TTL: its requests on a node no longer inflate that node's load.
+func TestSharerForgetsARouterThatLeft(t *testing.T) {
+	var b bus
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	idx.ReplaceNode("a", 1, 1, nil)
+	d0, d1 := newDecider(t, idx), newDecider(t, idx)
+	cfg0, cfg1 := DefaultConfig("r0"), DefaultConfig("r1")
+	cfg0.Heartbeat, cfg1.Heartbeat = 20*time.Millisecond, 20*time.Millisecond
+	s0, err := New(cfg0, d0, b.join(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1 := &memberBus{member: b.join()}
+	m1.set(cluster.Meta{Role: cluster.RoleRouter, NodeID: "r0"}, cluster.Meta{Role: cluster.RoleRouter, NodeID: "r1"},
+		cluster.Meta{Role: cluster.RoleNode, NodeID: "a"})
+	s1, err := New(cfg1, d1, m1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0.Start(t.Context())
+	s1.Start(t.Context())
+	defer s0.Close()
+	defer s1.Close()
+	var c routing.Choice
+	if err := d0.Decide(&routing.DecideRequest{Tokens: make([]uint32, 64)}, []routing.NodeInfo{{ID: "a", Alive: true}}, time.Now(), routing.CommitBegin, &c); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Ticket.Done(time.Now(), true)
+	eventually(t, "r1 counts r0's request", func() bool { return d1.TotalInFlight("a", time.Now()).Requests == 1 })
+	s0.Close() // r0 leaves: no more reports, and the membership no longer lists it
+	m1.set(cluster.Meta{Role: cluster.RoleRouter, NodeID: "r1"}, cluster.Meta{Role: cluster.RoleNode, NodeID: "a"})
+	eventually(t, "r1 forgets r0", func() bool { return d1.TotalInFlight("a", time.Now()).Requests == 0 && d1.Peers() == 0 })
+}
+
+// A decision naming a node that is not a member is dropped and takes nothing.
+func TestSharerDropsDecisionsForUnknownNodes(t *testing.T) {
+	var b bus
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	idx.ReplaceNode("a", 1, 1, nil)
+	d1 := newDecider(t, idx)
+	s1, err := New(DefaultConfig("r1"), d1, b.join(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.Start(t.Context())
+	defer s1.Close()
+	sender := b.join()
+	for _, n := range []string{"forged", "a"} {
+		p, err := (&cluster.ShareDecision{RouterID: "r0", NodeID: n, Offset: 0, Hashes: []uint64{1, 2, 3}}).AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sender.SendShare(p)
+	}
+	eventually(t, "the member's decision applied", func() bool { return d1.Overlay().Stats().Pairs == 3 })
+	if got := testutil.ToFloat64(s1.m.drops.WithLabelValues("unknown_node")); got != 1 {
+		t.Fatalf("unknown_node drops %v, want 1", got)
 	}
 }

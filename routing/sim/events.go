@@ -16,6 +16,7 @@ const (
 	evShareDecision                  // another router's decision reaches router (msg)
 	evShareLoad                      // another router's load report reaches router (msg)
 	evShareTick                      // router checks its own load and reports it if it changed
+	evDecide                         // a request's router decides after its admission delay (req)
 )
 
 // event is one scheduled happening. Events are ordered by (at, seq): seq is the scheduling

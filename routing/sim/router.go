@@ -43,7 +43,7 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 			s.shareDecision(rt, node, hashes, indexed)
 		}
 	}
-	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks})
+	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks, NoSpread: s.cfg.NoSpread})
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +135,7 @@ func (s *Sim) shareDecision(rt *router, node string, hashes []uint64, indexed in
 		msg := &s.msgs[m]
 		msg.peer = rt.idx
 		msg.hashes = append(msg.hashes[:0], hashes[c.From:c.To]...)
+		msg.offset = c.From
 		s.sendToPeers(rt, m, size, evShareDecision)
 	}
 }

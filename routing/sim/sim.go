@@ -70,6 +70,12 @@ type Config struct {
 	// the same bytes — a report goes out only when the counts changed, so the cost follows the
 	// request rate, not the interval).
 	ShareInterval time.Duration
+	// NoAdmissionDelay turns off the routers' stagger of bursts (routing.Decider.AdmissionDelay),
+	// to measure what it does; off, a router decides the instant a request arrives.
+	NoAdmissionDelay bool
+	// NoSpread keeps the routers' learned concurrency from the policy
+	// (routing.DeciderConfig.NoSpread).
+	NoSpread bool
 
 	// Seed drives the loss processes (the only randomness in a run).
 	Seed uint64
@@ -157,6 +163,7 @@ type message struct {
 
 	peer        int // sending router (shares)
 	hashes      []uint64
+	offset      int // of hashes[0] in the request's chain
 	loads       []routing.NodeInFlight
 	part, parts int
 }
@@ -280,7 +287,13 @@ func (s *Sim) Run() (Result, error) {
 		}
 		now := epoch0.Add(s.q.now)
 		switch e.kind {
-		case evArrive:
+		case evArrive, evDecide:
+			if e.kind == evArrive {
+				if w := s.admit(e.req); w > 0 { // the router staggers a burst (Decider.AdmissionDelay)
+					s.q.schedule(event{at: s.q.now + w, kind: evDecide, req: e.req})
+					continue
+				}
+			}
 			if err := s.route(e.req); err != nil {
 				return Result{}, err
 			}
@@ -315,7 +328,7 @@ func (s *Sim) Run() (Result, error) {
 			s.loadTick(s.nodes[e.node])
 		case evShareDecision:
 			m := &s.msgs[e.msg]
-			s.routers[e.router].dec.PeerDecision(s.nodes[m.node].id, m.hashes, now)
+			s.routers[e.router].dec.PeerDecision(s.routers[m.peer].id, s.nodes[m.node].id, m.offset, m.hashes, now)
 			s.release(e.msg)
 		case evShareLoad:
 			m := &s.msgs[e.msg]
@@ -344,8 +357,9 @@ func (s *Sim) Run() (Result, error) {
 	return r, nil
 }
 
-// route hands request r to its router, which chooses a node; the request joins that node.
-func (s *Sim) route(r int) error {
+// admit hands arriving request r to its router and returns how long the router waits before
+// deciding (0: at once).
+func (s *Sim) admit(r int) time.Duration {
 	req := &s.trace.Requests[r]
 	ri := s.rr % len(s.routers)
 	if req.SessionKey != 0 {
@@ -353,6 +367,18 @@ func (s *Sim) route(r int) error {
 	} else {
 		s.rr++
 	}
+	s.reqs[r].router = ri
+	if s.cfg.NoAdmissionDelay {
+		return 0
+	}
+	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
+	return s.routers[ri].dec.AdmissionDelay(&dr, epoch0.Add(s.q.now))
+}
+
+// route has request r's router choose a node; the request joins that node.
+func (s *Sim) route(r int) error {
+	req := &s.trace.Requests[r]
+	ri := s.reqs[r].router
 	rt := s.routers[ri]
 	i, c, err := rt.route(s, req)
 	if err != nil {

@@ -160,3 +160,21 @@ func TestReadAzure(t *testing.T) {
 		t.Fatalf("bad count: err = %v", err)
 	}
 }
+
+// Arrivals round down to multiples of the quantum, in the same order.
+func TestQuantizeArrivals(t *testing.T) {
+	tr := &Trace{Requests: []Request{{Arrival: 0}, {Arrival: 999 * time.Millisecond}, {Arrival: time.Second},
+		{Arrival: 2999 * time.Millisecond}, {Arrival: 3001 * time.Millisecond}}}
+	if err := tr.QuantizeArrivals(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{0, 0, time.Second, 2 * time.Second, 3 * time.Second}
+	for i, r := range tr.Requests {
+		if r.Arrival != want[i] {
+			t.Fatalf("arrival %d: %v, want %v", i, r.Arrival, want[i])
+		}
+	}
+	if err := tr.QuantizeArrivals(0); !errors.Is(err, ErrBadTrace) {
+		t.Fatalf("quantum 0: %v", err)
+	}
+}

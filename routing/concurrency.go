@@ -1,0 +1,173 @@
+package routing
+
+import "time"
+
+// Decisions in one instant (POLICIES.md, "Bursts"). Replicas with the same view that decide in
+// the same instant cannot see each other: a peer's decision reaches this router a share delay
+// later, and its load report later still. Without more, the cheapest node of a shared view takes
+// the whole burst (a herd), where one router, seeing its own in-flight work after each choice,
+// would have spread it. A router can, however, learn after the fact how many decisions its peers
+// took unseen around its own: the peer decisions it receives within ConcurrencyWindow after each
+// of its decisions. concurrency keeps that count's moving average; the policy spreads a request
+// over the nodes a burst of that size would fill (prefixMesh.spread) once the average says
+// decisions arrive together, and chooses the cheapest node exactly otherwise, so smooth traffic
+// is routed as before.
+
+// DefaultConcurrencyWindow is how long after one of its decisions a router counts peers'
+// decisions as taken unseen beside it: a few memberlist datagram latencies inside a cluster.
+const DefaultConcurrencyWindow = 5 * time.Millisecond
+
+// concurrencyAlpha is the weight of one decision's count in the moving average: about the last
+// ten decisions count, so a router adapts within a few bursts.
+const concurrencyAlpha = 0.2
+
+// concurrencyOwn bounds this router's decisions still inside their window (a burst of more than
+// this in one window settles the oldest early, counting what it saw so far).
+const concurrencyOwn = 64
+
+// concurrencySeen is the size of the lossy table that tells a peer's refresh of a pending
+// request (RefreshPending, the same first hash again) from a new decision.
+const concurrencySeen = 1024
+
+// concurrency estimates how many decisions other routers take, unseen, beside each of this
+// router's. Not safe for concurrent use; the Decider's mu guards it.
+type concurrency struct {
+	window time.Duration
+	own    [concurrencyOwn]ownDecision
+	head   int // own[head] is the oldest
+	n      int
+	est    float64 // unseen: peer decisions received within window after an own decision
+	burst  float64 // peer decisions received within window + stagger span either side
+
+	// The last peer packet, to tell the continuation of a decision split over packets.
+	lastPeer, lastNode string
+	lastEnd            int
+	lastAt             time.Time
+
+	seen [concurrencySeen]seenDecision
+
+	// Receipt times of the latest peer decisions, to count those just before an own decision.
+	recent     [concurrencyRecent]time.Time
+	recentNext int
+}
+
+// concurrencyRecent bounds the peer decisions remembered for counting before an own decision.
+const concurrencyRecent = 256
+
+type ownDecision struct {
+	at     time.Time
+	window time.Duration // this decision's burst window: the base window plus the stagger span then
+	peers  int           // peer decisions received within window of at, either side
+	unseen int           // of them, received within the base window after at
+}
+
+type seenDecision struct {
+	key uint64
+	at  time.Time
+}
+
+// settle folds every own decision whose window has closed at now into the average.
+func (c *concurrency) settle(now time.Time) {
+	for c.n > 0 && now.Sub(c.own[c.head].at) > c.own[c.head].window {
+		c.fold()
+	}
+}
+
+func (c *concurrency) fold() {
+	o := &c.own[c.head]
+	c.est += concurrencyAlpha * (float64(o.unseen) - c.est)
+	c.burst += concurrencyAlpha * (float64(o.peers) - c.burst)
+	c.head = (c.head + 1) % concurrencyOwn
+	c.n--
+}
+
+// ownDecision notes one of this router's decisions at now, taken with a stagger over span
+// (AdmissionDelay): its burst's decisions fall within span plus the window on either side,
+// those received before it too.
+func (c *concurrency) ownDecision(now time.Time, span time.Duration) {
+	c.settle(now)
+	if c.n == concurrencyOwn {
+		c.fold()
+	}
+	w := c.window + span
+	before := 0
+	for _, r := range c.recent {
+		if !r.IsZero() && !r.After(now) && now.Sub(r) <= w {
+			before++
+		}
+	}
+	c.own[(c.head+c.n)%concurrencyOwn] = ownDecision{at: now, window: w, peers: before}
+	c.n++
+}
+
+// peerDecision notes a peer's decision packet received at now: hashes from offset on of a
+// request's chain routed to node. A packet continuing the previous one (same peer, node and
+// instant, offset at its end) is the same decision; a packet repeating a first hash this peer
+// sent for this node within ttl is a refresh of a pending request, not a new decision.
+// It reports whether the packet continues the previous one and whether it is a refresh.
+func (c *concurrency) peerDecision(peer, node string, offset int, hashes []uint64, now time.Time, ttl time.Duration) (cont, refresh bool) {
+	cont = peer == c.lastPeer && node == c.lastNode && now.Equal(c.lastAt) && offset == c.lastEnd && offset > 0
+	c.lastPeer, c.lastNode, c.lastEnd, c.lastAt = peer, node, offset+len(hashes), now
+	if cont || len(hashes) == 0 {
+		return cont, false
+	}
+	key := mix64(nodeIDHash(peer) ^ mix64(nodeIDHash(node)^mix64(hashes[0])))
+	s := &c.seen[key%concurrencySeen]
+	refresh = s.key == key && now.Sub(s.at) < ttl
+	s.key, s.at = key, now
+	if refresh {
+		return false, true
+	}
+	c.settle(now)
+	for i := 0; i < c.n; i++ {
+		if o := &c.own[(c.head+i)%concurrencyOwn]; now.After(o.at) {
+			o.peers++
+			if now.Sub(o.at) <= c.window {
+				o.unseen++
+			}
+		}
+	}
+	c.recent[c.recentNext] = now
+	c.recentNext = (c.recentNext + 1) % concurrencyRecent
+	return false, false
+}
+
+// estimate is the expected number of peer decisions taken unseen beside one at now.
+func (c *concurrency) estimate(now time.Time) float64 {
+	c.settle(now)
+	return c.est
+}
+
+// burstSize is the expected number of peer decisions in the same burst as one at now.
+func (c *concurrency) burstSize(now time.Time) float64 {
+	c.settle(now)
+	return c.burst
+}
+
+// DefaultAdmissionSlot is the stagger per expected concurrent decision (AdmissionDelay): a few
+// share latencies, so that two staggered decisions usually fall far enough apart for the first
+// one's shared decision, and the load it carries, to reach the second.
+const DefaultAdmissionSlot = 5 * time.Millisecond
+
+// MaxAdmissionDelay bounds the stagger: a burst of ~20 decisions per instant is spread over
+// 100 ms, and more than that is left to the spread and the load guard.
+const MaxAdmissionDelay = 100 * time.Millisecond
+
+// admissionDelay staggers a decision when decisions arrive together: with c expected unseen
+// concurrent decisions, over (c + 1) slots, at a point given by the request's key. Below
+// SpreadMinConcurrency (one router, smooth traffic) it is 0.
+func admissionDelay(c float64, key uint64, slot time.Duration) time.Duration {
+	span := admissionSpan(c, slot)
+	if span <= 0 {
+		return 0
+	}
+	return time.Duration(mix64(key) % uint64(span))
+}
+
+// admissionSpan is the stagger's span with c expected concurrent decisions.
+func admissionSpan(c float64, slot time.Duration) time.Duration {
+	if c < SpreadMinConcurrency || slot <= 0 {
+		return 0
+	}
+	return min(time.Duration((c+1)*float64(slot)), MaxAdmissionDelay)
+}

@@ -1,0 +1,102 @@
+package routing
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// The estimate counts, per own decision, the peers' new decisions received within the window
+// after it: a packet continuing a split decision and a refresh of a pending one do not count.
+func TestConcurrencyCountsPeerDecisions(t *testing.T) {
+	c := concurrency{window: 5 * time.Millisecond}
+	t0 := time.Unix(100, 0)
+	c.ownDecision(t0, 0)
+	at := t0.Add(time.Millisecond)
+	c.peerDecision("r1", "a", 0, []uint64{1, 2}, at, time.Second)
+	c.peerDecision("r1", "a", 2, []uint64{3, 4}, at, time.Second) // the same decision, continued
+	c.peerDecision("r2", "b", 0, []uint64{9}, at, time.Second)
+	c.peerDecision("r3", "a", 5, []uint64{7}, at, time.Second)
+	c.peerDecision("r2", "b", 0, []uint64{9}, at.Add(time.Millisecond), time.Second)    // a refresh
+	c.peerDecision("r4", "c", 0, []uint64{8}, t0.Add(50*time.Millisecond), time.Second) // after the window
+	if got, want := c.estimate(t0.Add(time.Second)), concurrencyAlpha*3; math.Abs(got-want) > 1e-12 {
+		t.Fatalf("estimate %v, want %v (three new decisions in the window)", got, want)
+	}
+	// Smooth traffic: no peer decision near an own one decays the estimate.
+	for i := range 50 {
+		c.ownDecision(t0.Add(time.Duration(2+i)*time.Second), 0)
+	}
+	if e := c.estimate(t0.Add(time.Minute)); e > 1e-3 {
+		t.Fatalf("estimate %v after smooth traffic", e)
+	}
+}
+
+// Spreading follows the water-filling of the burst's work over the costs: with two candidates at
+// costs s1 < s2 and a volume V of unseen work, the level is L = (V + s1 + s2)/2 when that is
+// above s2 (else s1 + V, and only the cheapest takes it), and each node takes (L − s)/(2L − s1 −
+// s2) of the requests. Without concurrency the cheapest always wins.
+func TestSpreadWaterFills(t *testing.T) {
+	cfg := DefaultPolicyConfig()
+	nodes := []NodeInfo{{ID: "a", Alive: true, PrefillTokensPerSec: 1000}, {ID: "b", Alive: true, PrefillTokensPerSec: 1000}}
+	cands := []Candidate{{Node: 0, Score: 1}, {Node: 1, Score: 2}}
+	matched := []int{0, 0}
+	const n = 20000
+	count := func(conc float64) int {
+		toB := 0
+		for i := range n {
+			req := &Request{Hashes: []uint64{uint64(i) * 0x9e3779b97f4a7c15, uint64(i)}, PromptTokens: 1000, Concurrency: conc}
+			if spread(req, nodes, matched, 0, cands, &cfg) == 1 {
+				toB++
+			}
+		}
+		return toB
+	}
+	if b := count(0); b != 0 {
+		t.Fatalf("no concurrency: %d requests to the costlier node", b)
+	}
+	if b := count(0.9); b != 0 { // V = 0.9 s: L = 1.9 < s2, only the cheapest
+		t.Fatalf("V below the gap: %d requests to the costlier node", b)
+	}
+	// V = 3 s of work (3 × 1000 tokens at 1000 tok/s): L = 3, shares 2/3 and 1/3.
+	if b := float64(count(3)) / n; math.Abs(b-1.0/3) > 0.015 {
+		t.Fatalf("V = 3: %.3f of the requests to the costlier node, want 1/3", b)
+	}
+}
+
+// A fresh decider (one router, or no bursts seen) never delays; once its peers' decisions come
+// in the same instants as its own, it staggers within the span.
+func TestAdmissionDelay(t *testing.T) {
+	d, _ := testDecider(t, DeciderConfig{})
+	now := time.Unix(100, 0)
+	req := &DecideRequest{Tokens: seqTokens(64, 1)}
+	if w := d.AdmissionDelay(req, now); w != 0 {
+		t.Fatalf("fresh decider delays %v", w)
+	}
+	for i := range 40 { // bursts: each own decision beside 7 peers' decisions
+		at := now.Add(time.Duration(i) * time.Second)
+		var c Choice
+		if err := d.Decide(&DecideRequest{Tokens: seqTokens(64, uint32(1000*i))}, candidates(), at, CommitRecord, &c); err != nil {
+			t.Fatal(err)
+		}
+		for p := range 7 {
+			d.PeerDecision("r"+string(rune('0'+p)), "a", 0, []uint64{uint64(i*100 + p)}, at.Add(time.Millisecond))
+		}
+	}
+	later := now.Add(time.Minute)
+	c := d.Concurrency(later)
+	span := admissionSpan(d.conc.burstSize(later), d.slot)
+	if c < SpreadMinConcurrency || span <= 0 || span > MaxAdmissionDelay {
+		t.Fatalf("concurrency %.2f, span %v", c, span)
+	}
+	seen := map[time.Duration]bool{}
+	for range 32 {
+		w := d.AdmissionDelay(req, later)
+		if w < 0 || w >= span {
+			t.Fatalf("delay %v outside [0, %v)", w, span)
+		}
+		seen[w] = true
+	}
+	if len(seen) < 8 {
+		t.Fatalf("32 admissions took only %d distinct delays", len(seen))
+	}
+}
