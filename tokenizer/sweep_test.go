@@ -109,3 +109,35 @@ func TestCodePointSweep(t *testing.T) {
 		})
 	}
 }
+
+// TestUnicodeCases: strings whose ids depend on the Unicode tables and NFC details (runs of more
+// than 30 combining marks, marks newer than 9.0.0, Unicode 16.0 letters and digits, case-folded
+// contractions) against HF's ids (testdata/golden/unicode_cases.json).
+func TestUnicodeCases(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "golden", "unicode_cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Models map[string][]struct {
+			Text string   `json:"text"`
+			IDs  []uint32 `json:"ids"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "llama2", "gemma3"} {
+		t.Run(m, func(t *testing.T) {
+			if len(g.Models[m]) == 0 {
+				t.Fatalf("unicode_cases.json has no %s", m)
+			}
+			tk := loadModel(t, m)
+			for _, c := range g.Models[m] {
+				if got := tk.Encode(c.Text, false); firstDiff(got, c.IDs) >= 0 {
+					t.Errorf("%+q: got %v want %v", c.Text, got, c.IDs)
+				}
+			}
+		})
+	}
+}

@@ -156,6 +156,10 @@ scan:
 			i = k + 1
 			continue
 		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			if (c == 'e' || c == 'E') && i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+				// The Go engine reads 1e3 as 1 followed by a name.
+				return 0, fmt.Errorf("%w: a number literal with an exponent", errTemplateSyntax)
+			}
 			k := i + 1
 			for k < len(s) && (s[k] == '_' || s[k] >= 'a' && s[k] <= 'z' || s[k] >= 'A' && s[k] <= 'Z' || s[k] >= '0' && s[k] <= '9') {
 				k++

@@ -140,17 +140,18 @@ def request_json(req):
     s = json.dumps(prep(req), ensure_ascii=False)
     return s.replace('"\\u0000INF+"', "1e400").replace('"\\u0000INF-"', "-1e400")
 
-cases = json.load(open("tokenizer/testdata/gen/chats.json"))
-out = {"requests": [{"name": c["name"], "request_json": request_json(c["request"]),
-                     "add_special_tokens": bool(c["request"].get("add_special_tokens"))} for c in cases]}
-for model in ["llama3", "llama3_1", "qwen3", "deepseek_v3", "gemma3"]:
-    cfg = json.load(open(f".cache/tokenizers/{model}/tokenizer_config.json"))
-    res = []
-    for c in cases:
-        try:
-            res.append({"name": c["name"], "rendered": render(cfg, c["request"])})
-        except Exception as e:
-            res.append({"name": c["name"], "error": f"{type(e).__name__}: {e}"})
-    out[model] = res
-json.dump(out, open(sys.argv[1], "w"), ensure_ascii=False)
-print("rendered", sum(len(v) for k, v in out.items() if k != "requests"))
+if __name__ == "__main__":
+    cases = json.load(open("tokenizer/testdata/gen/chats.json"))
+    out = {"requests": [{"name": c["name"], "request_json": request_json(c["request"]),
+                         "add_special_tokens": bool(c["request"].get("add_special_tokens"))} for c in cases]}
+    for model in ["llama3", "llama3_1", "qwen3", "deepseek_v3", "gemma3"]:
+        cfg = json.load(open(f".cache/tokenizers/{model}/tokenizer_config.json"))
+        res = []
+        for c in cases:
+            try:
+                res.append({"name": c["name"], "rendered": render(cfg, c["request"])})
+            except Exception as e:
+                res.append({"name": c["name"], "error": f"{type(e).__name__}: {e}"})
+        out[model] = res
+    json.dump(out, open(sys.argv[1], "w"), ensure_ascii=False)
+    print("rendered", sum(len(v) for k, v in out.items() if k != "requests"))
