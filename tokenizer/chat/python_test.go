@@ -81,8 +81,7 @@ func TestPythonIsSpace(t *testing.T) {
 // compares with Python Jinja in transformers' environment. A snippet the Go engine renders
 // differently for reasons outside the printing of values is listed with the reason.
 func TestPythonSnippets(t *testing.T) {
-	known := map[string]string{
-	}
+	known := map[string]string{}
 	g := readPythonGolden(t)
 	for _, c := range g.Snippets {
 		got, err := renderSnippet(c.Template, c.Vars)

@@ -1,10 +1,11 @@
 // Package chat renders a model's Jinja chat template for an OpenAI chat request exactly as vLLM
 // does with Hugging Face transformers: vLLM's message rewriting (text parts joined with "\n",
-// tool-call arguments parsed, tools as vLLM dumps them), transformers' template environment
-// (trim_blocks, lstrip_blocks, a tojson that keeps key order and does not escape HTML,
-// raise_exception, strftime_now) on github.com/ardanlabs/jinja, continue_final_message, and then
-// the model's tokenizer with add_special_tokens off unless the request turns it on. Templates
-// and requests that cannot be rendered exactly are refused with an error naming why.
+// tool-call arguments parsed as json.loads does, tools as vLLM dumps them), transformers'
+// template environment (trim_blocks, lstrip_blocks, tojson as json.dumps(ensure_ascii=False),
+// raise_exception, strftime_now) on github.com/ardanlabs/jinja with values printed as Python
+// prints them (rewrite.go, python.go), continue_final_message, and then the model's tokenizer
+// with add_special_tokens off unless the request turns it on. Templates and requests that
+// cannot be rendered exactly are refused with an error naming why (Reason labels it).
 package chat
 
 import (
