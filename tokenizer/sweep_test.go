@@ -48,11 +48,11 @@ func idsDigest(ids []uint32) string {
 }
 
 // sweepBlockInRaceRun: under the race detector (ten times slower, and the sweep has no
-// concurrency to check) the sweep covers every 8th block and the blocks of the characters
+// concurrency to check) the sweep covers every 16th block and the blocks of the characters
 // first found to differ (U+0898 in block 0, U+1CCF0, U+2EBF0); without it, every block
 // (go test -count=1 -run CodePointSweep ./tokenizer/: about 45 s of CPU for the six models).
 func sweepBlockInRaceRun(blk, size int) bool {
-	return blk%8 == 0 || blk == 0x1CCF0/size || blk == 0x2EBF0/size
+	return blk%16 == 0 || blk == 0x1CCF0/size || blk == 0x2EBF0/size
 }
 
 // TestCodePointSweep encodes every Unicode scalar value, alone and in context, on each model and
