@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
@@ -35,21 +36,37 @@ const (
 
 // assigned9 reports whether r was assigned in Unicode 9.0.0.
 func assigned9(r rune) bool {
+	if r < 0x10000 {
+		b := bmpAssigned9()
+		return b[r>>6]&(1<<(r&63)) != 0
+	}
+	return assigned9Search(r)
+}
+
+func assigned9Search(r rune) bool {
 	// unassigned9 holds [start, end) pairs; find the first start > r.
 	n := len(unassigned9) / 2
 	i := sort.Search(n, func(i int) bool { return unassigned9[2*i] > r })
 	return i == 0 || r >= unassigned9[2*(i-1)+1]
 }
 
-// nfcInert reports whether NFC leaves s unchanged without looking further: every code point is
-// below U+0300 (UTF-8 lead bytes below 0xCC), where no character decomposes under NFC or has a
-// non-zero combining class, or x/text finds s normal. A string normal to x/text's newer
-// tables is normal to 9.0.0's: a character 9.0.0 lacks is a starter to it, which only blocks
-// compositions and reorderings, never adds one.
-func nfcInert(s string) bool {
+// bmpAssigned9 is assigned9 for the BMP as a bitmap (8 KiB), built once.
+var bmpAssigned9 = sync.OnceValue(func() *[1024]uint64 {
+	var b [1024]uint64
+	for r := rune(0); r < 0x10000; r++ {
+		if assigned9Search(r) {
+			b[r>>6] |= 1 << (r & 63)
+		}
+	}
+	return &b
+})
+
+// below0300 reports whether every code point of s is below U+0300 (UTF-8 lead bytes below
+// 0xCC): no such character decomposes under NFC or has a non-zero combining class.
+func below0300(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0xCC {
-			return norm.NFC.IsNormalString(s)
+			return false
 		}
 	}
 	return true
@@ -61,11 +78,49 @@ type nfcRune struct {
 	ccc uint8
 }
 
+// cgj is U+034F COMBINING GRAPHEME JOINER, what x/text's stream-safe step inserts.
+const cgj = "\u034f"
+
 // nfc9 returns the NFC form of s under Unicode 9.0.0.
 func nfc9(s string) string {
-	if nfcInert(s) {
+	if below0300(s) {
 		return s
 	}
+	// With only characters 9.0.0 has, x/text's NFC is 9.0.0's (stability), unless it inserted a
+	// U+034F (it never removes one).
+	if allAssigned9(s) {
+		out := norm.NFC.String(s) // s itself, without allocating, when s is normal
+		if out == s || strings.Count(out, cgj) == strings.Count(s, cgj) {
+			return out
+		}
+		return nfc9Slow(s)
+	}
+	// A string normal to x/text's newer tables is normal to 9.0.0's: a character 9.0.0 lacks is
+	// a starter to it, which only blocks compositions and reorderings, never adds one.
+	if norm.NFC.QuickSpanString(s) == len(s) {
+		return s
+	}
+	return nfc9Slow(s)
+}
+
+// allAssigned9 reports whether every character of s was assigned in 9.0.0 (all below U+0300 were).
+func allAssigned9(s string) bool {
+	for i := 0; i < len(s); {
+		if s[i] < 0xCC {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !assigned9(r) {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+// nfc9Slow is UAX #15's NFC on 9.0.0's data, without the stream-safe step.
+func nfc9Slow(s string) string {
 	buf := make([]nfcRune, 0, len(s))
 	// 1. Canonical decomposition.
 	for i := 0; i < len(s); {

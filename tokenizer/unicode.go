@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 )
 
 // Unicode versions. Hugging Face's Rust core does not use one Unicode version but two, and
@@ -115,7 +116,9 @@ func writeClassRanges(sb *strings.Builder, rs [][2]rune) {
 // of an Oniguruma pattern into explicit Unicode 16.0.0 ranges: inside a bracket class the ranges are spliced in,
 // outside it they become a class of their own. Anything else is copied unchanged; a property
 // that is not a General_Category (a script, a binary property) is refused by name, since
-// regexp2 would answer it from Go's older tables.
+// regexp2 would answer it from Go's older tables. Where Go's table is a subset of 16.0.0's
+// (every value so far), \p{X} is kept and only the added ranges are spelled out, which keeps
+// regexp2's fast category test.
 func spellUnicodeClasses(pat string) (string, error) {
 	var sb strings.Builder
 	depth := 0 // bracket nesting (regexp2 has none, but a literal [ inside a class is kept)
@@ -143,22 +146,31 @@ func spellUnicodeClasses(pat string) (string, error) {
 			if strings.HasPrefix(name, "^") { // Oniguruma's \p{^X} is \P{X}
 				name, neg = name[1:], !neg
 			}
-			rs, ok := categoryRanges(name)
+			d, ok := categoryDelta(name)
 			if !ok {
 				return "", unsupported("regex %q: Unicode property \\p{%s} (only General_Category values are spelled out in Oniguruma's Unicode version)", pat, name)
 			}
-			if neg {
-				rs = complementRanges(rs)
+			switch {
+			case !neg && d.exact:
+				// Go's table plus what 16.0.0 added keeps regexp2's category test (fast).
+				writeDelta(&sb, name, d.added, depth)
+			case neg:
+				writeClass(&sb, complementRanges(d.all), depth)
+			default:
+				writeClass(&sb, d.all, depth)
 			}
-			writeClass(&sb, rs, depth)
 			i = j - 1
 		case c == '\\' && i+1 < len(pat) && (pat[i+1] == 'd' || pat[i+1] == 'D'):
 			// Oniguruma's \d is General_Category Nd (checked on the oracle, all code points).
-			rs, _ := categoryRanges("Nd")
-			if pat[i+1] == 'D' {
-				rs = complementRanges(rs)
+			d, _ := categoryDelta("Nd")
+			switch {
+			case pat[i+1] == 'd' && d.exact:
+				writeDelta(&sb, "Nd", d.added, depth)
+			case pat[i+1] == 'd':
+				writeClass(&sb, d.all, depth)
+			default:
+				writeClass(&sb, complementRanges(d.all), depth)
 			}
-			writeClass(&sb, rs, depth)
 			i++
 		case c == '\\' && i+1 < len(pat) && strings.IndexByte("wWbBhH", pat[i+1]) >= 0:
 			// Oniguruma's \w is Unicode's word set (Alphabetic, marks, Nd, Pc, Join_Control),
@@ -197,6 +209,71 @@ func writeClass(sb *strings.Builder, rs [][2]rune, depth int) {
 		sb.WriteByte('[')
 	}
 	writeClassRanges(sb, rs)
+	if depth == 0 {
+		sb.WriteByte(']')
+	}
+}
+
+// catDelta is a General_Category value in Unicode 16.0.0 against Go's unicode table for it.
+type catDelta struct {
+	all   [][2]rune // the 16.0.0 ranges
+	added [][2]rune // in 16.0.0, not in Go's table
+	exact bool      // Go's table holds nothing 16.0.0 leaves out: \p{X} ∪ added is 16.0.0's set
+}
+
+var catDeltas sync.Map // name → *catDelta
+
+// categoryDelta returns name's 16.0.0 ranges and their difference with Go's table (computed
+// once per name: a few milliseconds for \p{L}).
+func categoryDelta(name string) (*catDelta, bool) {
+	if d, ok := catDeltas.Load(name); ok {
+		return d.(*catDelta), true
+	}
+	all, ok := categoryRanges(name)
+	if !ok {
+		return nil, false
+	}
+	d := &catDelta{all: all}
+	goTable := unicode.Categories[name]
+	if goTable != nil {
+		d.exact = true
+		for _, r := range all {
+			for c := r[0]; c <= r[1]; c++ {
+				if (c < 0xD800 || c > 0xDFFF) && !unicode.Is(goTable, c) {
+					if n := len(d.added); n > 0 && d.added[n-1][1] == c-1 {
+						d.added[n-1][1] = c
+					} else {
+						d.added = append(d.added, [2]rune{c, c})
+					}
+				}
+			}
+		}
+		in16 := func(c rune) bool {
+			i := sort.Search(len(all), func(i int) bool { return all[i][1] >= c })
+			return i < len(all) && all[i][0] <= c
+		}
+		for _, r := range goTable.R16 {
+			for c := rune(r.Lo); c <= rune(r.Hi) && d.exact; c += rune(r.Stride) {
+				d.exact = in16(c)
+			}
+		}
+		for _, r := range goTable.R32 {
+			for c := rune(r.Lo); c <= rune(r.Hi) && d.exact; c += rune(r.Stride) {
+				d.exact = in16(c)
+			}
+		}
+	}
+	v, _ := catDeltas.LoadOrStore(name, d)
+	return v.(*catDelta), true
+}
+
+// writeDelta writes \p{name} with the added ranges, as a class of its own or spliced.
+func writeDelta(sb *strings.Builder, name string, added [][2]rune, depth int) {
+	if depth == 0 {
+		sb.WriteByte('[')
+	}
+	sb.WriteString(`\p{` + name + `}`)
+	writeClassRanges(sb, added)
 	if depth == 0 {
 		sb.WriteByte(']')
 	}
