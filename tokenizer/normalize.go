@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/dlclark/regexp2/v2"
-	"golang.org/x/text/unicode/norm"
 )
 
 // normalizer rewrites one piece of text between added tokens (HF normalizers operate on the
@@ -15,9 +14,10 @@ type normalizer interface {
 	normalize(s string) string
 }
 
+// nfc is HF's NFC normalizer (nfc.go: Unicode 9.0.0, no stream-safe step).
 type nfc struct{}
 
-func (nfc) normalize(s string) string { return norm.NFC.String(s) }
+func (nfc) normalize(s string) string { return nfc9(s) }
 
 // prepend adds its string in front of a non-empty piece.
 type prepend struct{ s string }

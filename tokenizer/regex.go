@@ -10,10 +10,15 @@ import (
 
 // compileHFRegex compiles a tokenizer.json regex (Oniguruma syntax in HF's Rust core) with
 // regexp2, which has the lookaheads Go's regexp lacks. Its default (.NET) mode has the same
-// meaning for the constructs HF files use: \s, \p{L}, \p{N}, (?i:…), (?!…), classes; the golden
-// tests pin the equivalence on every supported model.
+// meaning for the constructs HF files use: \s, (?i:…), (?!…), classes; \p{…} and \d are first
+// spelled out in Oniguruma's Unicode version (unicode.go). The golden tests and the code-point
+// sweep pin the equivalence on every supported model.
 func compileHFRegex(pat string) (*regexp2.Regexp, error) {
-	re, err := regexp2.Compile(pat, regexp2.None)
+	spelled, err := spellUnicodeClasses(pat)
+	if err != nil {
+		return nil, err
+	}
+	re, err := regexp2.Compile(spelled, regexp2.None)
 	if err != nil {
 		return nil, unsupported("regex %q: %v", pat, err)
 	}
@@ -62,7 +67,7 @@ func findAll(re *regexp2.Regexp, s string, dst [][2]int) ([][2]int, error) {
 		return true
 	})
 	if err != nil {
-		return dst, fmt.Errorf("regex %q: %w", re.String(), err)
+		return dst, fmt.Errorf("regex match: %w", err)
 	}
 	return dst, nil
 }

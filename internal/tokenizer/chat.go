@@ -9,8 +9,9 @@ import (
 )
 
 // ChatMessage is one message of an OpenAI chat request. Content is the message's text; in JSON it
-// may be a string, null, or an array of content parts of which the "text" parts are concatenated
-// in order (other part types, such as images, are not supported and are rejected).
+// may be a string, null, or an array of content parts of which the text parts (the types vLLM
+// reads as text: text, input_text, output_text, refusal, thinking) are concatenated in order
+// (other part types, such as images, are not supported and are rejected).
 type ChatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
@@ -43,7 +44,8 @@ func RenderChat(messages []ChatMessage) string {
 	return sb.String()
 }
 
-// UnmarshalJSON accepts content as a string, null, or an array of {"type":"text","text":…} parts.
+// UnmarshalJSON accepts content as a string, null, or an array of text parts: "text",
+// "input_text" and "output_text" ({"text": …}), "refusal" ({"refusal": …}) and "thinking".
 func (m *ChatMessage) UnmarshalJSON(data []byte) error {
 	var raw struct {
 		Role    string          `json:"role"`
@@ -62,18 +64,35 @@ func (m *ChatMessage) UnmarshalJSON(data []byte) error {
 		return json.Unmarshal(c, &m.Content)
 	case c[0] == '[':
 		var parts []struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
+			Type     string  `json:"type"`
+			Text     *string `json:"text"`
+			Refusal  *string `json:"refusal"`
+			Thinking *string `json:"thinking"`
 		}
 		if err := json.Unmarshal(c, &parts); err != nil {
 			return fmt.Errorf("content parts: %w", err)
 		}
 		var sb strings.Builder
 		for i, p := range parts {
-			if p.Type != "text" || p.Text == nil {
+			// The part types vLLM reads as text (vllm/entrypoints/chat_utils.py, MM_PARSER_MAP).
+			var t *string
+			switch p.Type {
+			case "text", "input_text", "output_text":
+				t = p.Text
+			case "refusal":
+				t = p.Refusal
+			case "thinking":
+				t = p.Thinking
+			default:
 				return fmt.Errorf("content part %d: only text parts are supported, got type %q", i, p.Type)
 			}
-			sb.WriteString(*p.Text)
+			if t == nil {
+				if p.Type == "text" || p.Type == "refusal" {
+					continue // vLLM skips these without content
+				}
+				return fmt.Errorf("content part %d: a %q part needs its text", i, p.Type)
+			}
+			sb.WriteString(*t)
 		}
 		m.Content = sb.String()
 		return nil

@@ -25,7 +25,8 @@ var (
 	// ErrBadChat wraps a chat request the template cannot render (the client's fault: 400).
 	ErrBadChat = chat.ErrBadRequest
 	// ErrInexact wraps a request or file that cannot be tokenized exactly in Go (a template
-	// feature, a float such as 1.0 in tool arguments): nothing approximate is returned.
+	// feature, a number the template formats the Go way): nothing approximate is returned.
+	// InexactReason names the cause.
 	ErrInexact = hf.ErrUnsupported
 )
 
@@ -121,6 +122,9 @@ func (h *HF) EncodePrompt(_ context.Context, text string) ([]uint32, error) {
 // EncodeChat renders and encodes a chat request as vLLM does.
 func (h *HF) EncodeChat(_ context.Context, body []byte) ([]uint32, error) {
 	if h.chat == nil {
+		if errors.Is(h.chatErr, ErrInexact) { // chat.New's errors already say "unsupported …"
+			return nil, fmt.Errorf("%s: %w", h.name, h.chatErr)
+		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrInexact, h.name, h.chatErr)
 	}
 	return h.chat.EncodeBody(body)
@@ -133,3 +137,8 @@ func (h *HF) Tokenizer() *hf.Tokenizer { return h.tok }
 func IsInexact(err error) bool {
 	return errors.Is(err, ErrInexact)
 }
+
+// InexactReason names why err refuses exact tokenization, for metrics (docs/tokenization.md
+// lists the reasons): no_chat_template, template_feature, number_format, big_integer,
+// python_whitespace, python_repr, tokenizer_feature; "" if err is not such a refusal.
+func InexactReason(err error) string { return chat.Reason(err) }

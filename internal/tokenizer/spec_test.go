@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	hf "github.com/prefixmesh/prefixmesh/tokenizer"
 	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
 
@@ -72,18 +73,30 @@ func TestHFChatErrors(t *testing.T) {
 	tok := mustNew(t, HFPrefix+tokenizertest.Dir(t, "qwen3"))
 	for body, want := range map[string]error{
 		`{"messages": []}`: ErrBadChat,
-		`{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true, "continue_final_message": true}`:                                   ErrBadChat,
-		`{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`:                                                    ErrBadChat,
-		`{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"t\": 1.0}"}}]}]}`: ErrInexact,
+		`{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true, "continue_final_message": true}`: ErrBadChat,
+		`{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`:                  ErrBadChat,
+		// two integers beyond int64 that round to one float64: their digits cannot be told apart
+		`{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"a\": 18446744073709551616, \"b\": 18446744073709551617}"}}]}]}`: ErrInexact,
 	} {
 		_, err := EncodeChat(context.Background(), tok, []byte(body), nil)
 		if !errors.Is(err, want) {
 			t.Errorf("%s: got %v, want %v", body, err, want)
 		}
+		if want == ErrInexact && InexactReason(err) != "big_integer" {
+			t.Errorf("%s: reason %q, want big_integer", body, InexactReason(err))
+		}
+	}
+	// 1.0 in tool-call arguments renders: Qwen3's template prints arguments with tojson only.
+	if _, err := EncodeChat(context.Background(), tok, []byte(`{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"t\": 1.0}"}}]}]}`), nil); err != nil {
+		t.Errorf("1.0 in tool-call arguments: %v", err)
 	}
 	llama2 := mustNew(t, HFPrefix+tokenizertest.Dir(t, "llama2"))
-	if _, err := EncodeChat(context.Background(), llama2, []byte(`{"messages": [{"role": "user", "content": "hi"}]}`), nil); !IsInexact(err) {
-		t.Errorf("a tokenizer without a template: %v", err)
+	_, err := EncodeChat(context.Background(), llama2, []byte(`{"messages": [{"role": "user", "content": "hi"}]}`), nil)
+	if !IsInexact(err) || InexactReason(err) != "no_chat_template" {
+		t.Errorf("a tokenizer without a template: %v (reason %q)", err, InexactReason(err))
+	}
+	if n := strings.Count(err.Error(), hf.ErrUnsupported.Error()); n != 1 {
+		t.Errorf("%q says %q %d times", err, hf.ErrUnsupported, n)
 	}
 }
 

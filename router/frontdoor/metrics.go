@@ -21,7 +21,10 @@ type metrics struct {
 	// brokenStreams counts responses cut after they began, by node and cause.
 	brokenStreams *prometheus.CounterVec
 	rejected      *prometheus.CounterVec // reason: overloaded, draining, too_large
-	inflight      prometheus.Gauge
+	// inexact counts requests the router's tokenizer refused to tokenize exactly (routed by
+	// load, without a prefix estimate), by reason (internal/tokenizer.InexactReason).
+	inexact  *prometheus.CounterVec
+	inflight prometheus.Gauge
 }
 
 // latencyBuckets span a cached short prompt (ms) to a long generation (minutes).
@@ -57,6 +60,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Nodes ejected by passive health."}, []string{"node"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
 			Help: "Requests refused before routing, by reason: overloaded, draining, too_large, body_timeout."}, []string{"reason"}),
+		inexact: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokenize_inexact_total",
+			Help: "Requests the router cannot tokenize exactly on purpose (routed by load, without a prefix estimate), by reason: no_chat_template, template_feature, number_format, big_integer, python_whitespace, python_repr, tokenizer_feature."},
+			[]string{"reason"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 			Help: "Requests being proxied now."}),
 	}
@@ -64,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.estimateExact, m.estimateSeen,
-		m.estimateError, m.ttft, m.latency, m.retries, m.ejections, m.rejected, m.inflight,
+		m.estimateError, m.ttft, m.latency, m.retries, m.ejections, m.rejected, m.inexact, m.inflight,
 		m.firstByteTimeouts, m.brokenStreams} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -105,6 +105,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.met, err = newMetrics(reg); err != nil {
 		return nil, fmt.Errorf("frontdoor: register metrics: %w", err)
 	}
+	if et, ok := s.tok.(embeddedTokenizer); ok {
+		et.inexact = s.met.inexact
+		s.tok = et
+	}
 	s.handler = s.routes()
 	return s, nil
 }

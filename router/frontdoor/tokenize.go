@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
@@ -26,7 +28,10 @@ type promptTokenizer interface {
 // embeddedTokenizer uses a tokenizer of internal/tokenizer: a vocabulary compiled into the router
 // or loaded from a model's files (hf:DIR), the same code as the engine's, or a render server
 // (render:URL). Chat requests go through the model's template with every field of the body.
-type embeddedTokenizer struct{ tok tokenizer.Tokenizer }
+type embeddedTokenizer struct {
+	tok     tokenizer.Tokenizer
+	inexact *prometheus.CounterVec // reason; nil in tests that build it bare
+}
 
 func (e embeddedTokenizer) tokens(ctx context.Context, g *genRequest, _ string) ([]uint32, error) {
 	var toks []uint32
@@ -46,6 +51,9 @@ func (e embeddedTokenizer) tokens(ctx context.Context, g *genRequest, _ string) 
 		// The request is valid but cannot be tokenized exactly here (say, a float 1.0 in tool
 		// arguments, which Python prints as "1.0"): route it without a prefix estimate rather
 		// than on approximate ids or not at all.
+		if e.inexact != nil {
+			e.inexact.WithLabelValues(tokenizer.InexactReason(err)).Inc()
+		}
 		return nil, nil
 	case errors.Is(err, tokenizer.ErrBadChat):
 		return nil, badRequest("%v", err)

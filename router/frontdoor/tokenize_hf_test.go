@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
@@ -18,7 +21,8 @@ func TestEmbeddedHFTokenizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := embeddedTokenizer{tok: tok}
+	inexactVec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inexact"}, []string{"reason"})
+	e := embeddedTokenizer{tok: tok, inexact: inexactVec}
 	ctx := context.Background()
 	parse := func(body string, chat bool) *genRequest {
 		t.Helper()
@@ -45,9 +49,20 @@ func TestEmbeddedHFTokenizer(t *testing.T) {
 		t.Fatalf("conflicting flags: %v, want a 400", err)
 	}
 
-	inexact := `{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"t\": 1.0}"}}]}]}`
+	// 1.0 in tool-call arguments: vLLM accepts it and this template never prints it.
+	float := `{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"t\": 1.0}"}}]}]}`
+	if got, err := e.tokens(ctx, parse(float, true), ""); err != nil || len(got) == 0 {
+		t.Fatalf("1.0 in tool-call arguments: %v %v, want tokens", got, err)
+	}
+	// Two integers beyond int64 that round to one float64 cannot be printed apart: counted and
+	// routed without tokens.
+	inexact := `{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"a\": 18446744073709551616, \"b\": 18446744073709551617}"}}]}]}`
 	if got, err := e.tokens(ctx, parse(inexact, true), ""); err != nil || got != nil {
 		t.Fatalf("inexact request: %v %v, want no tokens and no error", got, err)
+	}
+	var m dto.Metric
+	if err := inexactVec.WithLabelValues("big_integer").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		t.Fatalf("tokenize_inexact_total{reason=big_integer} = %v (%v), want 1", m.GetCounter().GetValue(), err)
 	}
 }
 

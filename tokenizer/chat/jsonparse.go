@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -12,9 +13,10 @@ import (
 // jsonParser is a small recursive-descent JSON parser producing ordered template values: about
 // ten times faster than encoding/json's token stream, which matters for long conversations.
 type jsonParser struct {
-	b  []byte
-	i  int
-	sb strings.Builder
+	b    []byte
+	i    int
+	sb   strings.Builder
+	info *parseInfo
 }
 
 func (p *jsonParser) errorf(format string, a ...any) error {
@@ -56,6 +58,13 @@ func (p *jsonParser) value(depth int) (jinja.Value, error) {
 		return jinja.NewBool(false), p.lit("false")
 	case c == 'n':
 		return jinja.None(), p.lit("null")
+	case c == 'N': // Python's json.loads reads NaN, Infinity and -Infinity
+		return p.float(math.NaN()), p.lit("NaN")
+	case c == 'I':
+		return p.float(math.Inf(1)), p.lit("Infinity")
+	case c == '-' && p.i+1 < len(p.b) && p.b[p.i+1] == 'I':
+		p.i++
+		return p.float(math.Inf(-1)), p.lit("Infinity")
 	case c == '-' || c >= '0' && c <= '9':
 		return p.number()
 	}
@@ -208,6 +217,9 @@ func (p *jsonParser) str() (string, error) {
 			if !ok {
 				return "", p.errorf("invalid \\u escape")
 			}
+			if r >= 0x1C && r <= 0x1F {
+				p.info.pySpace = true
+			}
 			if utf16.IsSurrogate(r) {
 				r2 := rune(-1)
 				if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
@@ -290,7 +302,7 @@ func (p *jsonParser) number() (jinja.Value, error) {
 			return jinja.None(), p.errorf("invalid number")
 		}
 	}
-	return numberValue(string(p.b[start:p.i]))
+	return p.numberValue(string(p.b[start:p.i]))
 }
 
 // replaceInvalid replaces each invalid UTF-8 byte with U+FFFD, as encoding/json does.

@@ -30,6 +30,7 @@ type Request struct {
 	finalContent         string // the last message's text, for continue_final_message
 	finalLastPart        string // its last text part (what transformers continues in the parts format)
 	finalHasPart         bool
+	info                 parseInfo // numbers and characters rendering must treat as Python does
 }
 
 // reservedKwargs are the template variables chat_template_kwargs may not replace (Python would
@@ -38,54 +39,48 @@ var reservedKwargs = map[string]bool{"messages": true, "tools": true, "documents
 
 // ParseRequest reads a /v1/chat/completions (or chat /tokenize) body.
 func ParseRequest(body []byte) (*Request, error) {
-	v, err := parseOrdered(body)
+	r := &Request{AddGenerationPrompt: true, Tools: jinja.None(), Documents: jinja.None(), Kwargs: jinja.NewDict().AsDict()}
+	v, err := parseOrdered(body, &r.info)
 	if err != nil {
-		if errors.Is(err, ErrIntegralFloat) {
-			return nil, err
-		}
 		return nil, bad("body: %v", err)
 	}
 	if !v.IsDict() {
 		return nil, bad("body must be a JSON object")
 	}
-	return requestFromDict(v.AsDict())
+	return r, r.fromDict(v.AsDict())
 }
 
-func requestFromDict(d *jinja.Dict) (*Request, error) {
-	r := &Request{AddGenerationPrompt: true, Tools: jinja.None(), Documents: jinja.None(), Kwargs: jinja.NewDict().AsDict()}
+func (r *Request) fromDict(d *jinja.Dict) error {
 	var err error
 	if r.AddGenerationPrompt, err = boolField(d, "add_generation_prompt", true); err != nil {
-		return nil, err
+		return err
 	}
 	if r.ContinueFinalMessage, err = boolField(d, "continue_final_message", false); err != nil {
-		return nil, err
+		return err
 	}
 	if r.AddSpecialTokens, err = boolField(d, "add_special_tokens", false); err != nil {
-		return nil, err
+		return err
 	}
 	if r.AddGenerationPrompt && r.ContinueFinalMessage {
-		return nil, bad("add_generation_prompt and continue_final_message cannot both be true")
+		return bad("add_generation_prompt and continue_final_message cannot both be true")
 	}
 	if ct := get(d, "chat_template"); present(ct) {
-		return nil, bad("field \"chat_template\": request-supplied chat templates are not accepted")
+		return bad("field \"chat_template\": request-supplied chat templates are not accepted")
 	}
 	msgs := get(d, "messages")
 	if !msgs.IsList() || msgs.AsList().Len() == 0 {
-		return nil, bad("field \"messages\" is required and must be a non-empty array")
+		return bad("field \"messages\" is required and must be a non-empty array")
 	}
 	out := make([]jinja.Value, 0, msgs.AsList().Len())
 	parts := make([]jinja.Value, 0, msgs.AsList().Len())
 	for i, m := range msgs.AsList().Items {
-		pm, texts, err := parseMessage(m)
-		if errors.Is(err, ErrIntegralFloat) {
-			return nil, fmt.Errorf("messages[%d]: %w", i, err)
-		}
+		pm, texts, err := parseMessage(m, &r.info)
 		if err != nil {
-			return nil, bad("messages[%d]: %v", i, err)
+			return bad("messages[%d]: %v", i, err)
 		}
 		out = append(out, pm)
 		parts = append(parts, withParts(pm, texts))
-		r.finalContent = strings.Join(texts, "\n")
+		r.finalContent = joinTexts(texts)
 		r.finalLastPart, r.finalHasPart = "", len(texts) > 0
 		if r.finalHasPart {
 			r.finalLastPart = texts[len(texts)-1]
@@ -95,13 +90,13 @@ func requestFromDict(d *jinja.Dict) (*Request, error) {
 	r.PartsMessages = jinja.NewList(parts)
 	if tools := get(d, "tools"); present(tools) {
 		if !tools.IsList() {
-			return nil, bad("field \"tools\" must be an array")
+			return bad("field \"tools\" must be an array")
 		}
 		dumped := make([]jinja.Value, 0, tools.AsList().Len())
 		for i, t := range tools.AsList().Items {
 			dt, err := dumpTool(t)
 			if err != nil {
-				return nil, bad("tools[%d]: %v", i, err)
+				return bad("tools[%d]: %v", i, err)
 			}
 			dumped = append(dumped, dt)
 		}
@@ -112,17 +107,17 @@ func requestFromDict(d *jinja.Dict) (*Request, error) {
 	}
 	if kw := get(d, "chat_template_kwargs"); present(kw) {
 		if !kw.IsDict() {
-			return nil, bad("field \"chat_template_kwargs\" must be an object")
+			return bad("field \"chat_template_kwargs\" must be an object")
 		}
 		for _, k := range kw.AsDict().OrderedKeys() {
 			if reservedKwargs[k] {
-				return nil, bad("chat_template_kwargs may not set %q", k)
+				return bad("chat_template_kwargs may not set %q", k)
 			}
 			v, _ := kw.AsDict().Get(k)
 			r.Kwargs.Set(k, v)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 func boolField(d *jinja.Dict, key string, def bool) (bool, error) {
@@ -141,7 +136,7 @@ func boolField(d *jinja.Dict, key string, def bool) (bool, error) {
 // (assistant), tool_call_id (tool), name and reasoning are kept. Then _postprocess_messages:
 // tool-call arguments given as JSON strings are parsed (empty or invalid: {}), and an empty
 // tool_calls list is dropped. It returns the message and its content's text parts.
-func parseMessage(m jinja.Value) (jinja.Value, []string, error) {
+func parseMessage(m jinja.Value, info *parseInfo) (jinja.Value, []string, error) {
 	if !m.IsDict() {
 		return m, nil, errors.New("must be an object")
 	}
@@ -157,7 +152,7 @@ func parseMessage(m jinja.Value) (jinja.Value, []string, error) {
 	out := jinja.NewDict()
 	od := out.AsDict()
 	od.Set("role", role)
-	od.Set("content", jinja.NewString(strings.Join(texts, "\n")))
+	od.Set("content", jinja.NewString(joinTexts(texts)))
 	switch role.AsString() {
 	case "assistant":
 		if tc := get(md, "tool_calls"); present(tc) {
@@ -165,7 +160,7 @@ func parseMessage(m jinja.Value) (jinja.Value, []string, error) {
 				return m, nil, errors.New("\"tool_calls\" must be an array")
 			}
 			if tc.AsList().Len() > 0 {
-				calls, err := toolCalls(tc.AsList().Items)
+				calls, err := toolCalls(tc.AsList().Items, info)
 				if err != nil {
 					return m, nil, err
 				}
@@ -181,8 +176,9 @@ func parseMessage(m jinja.Value) (jinja.Value, []string, error) {
 		od.Set("name", n)
 	}
 	if role.AsString() == "assistant" {
+		// reasoning = message.get("reasoning") or message.get("reasoning_content")
 		r := get(md, "reasoning")
-		if !present(r) {
+		if !r.IsTruthy() {
 			r = get(md, "reasoning_content")
 		}
 		if present(r) {
@@ -214,6 +210,31 @@ func withParts(m jinja.Value, texts []string) jinja.Value {
 	return out
 }
 
+// textPartKeys are the content part types vLLM reads as text, with the key holding the text
+// (vllm/entrypoints/chat_utils.py, MM_PARSER_MAP and _parse_chat_message_content_part).
+var textPartKeys = map[string]string{"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
+
+// joinTexts is the "string" content format: the parts joined with "\n", empty ones left out
+// (vLLM keeps only truthy parsed parts).
+func joinTexts(texts []string) string {
+	n := 0
+	for _, t := range texts {
+		if t != "" {
+			n++
+		}
+	}
+	if n == len(texts) {
+		return strings.Join(texts, "\n")
+	}
+	kept := make([]string, 0, n)
+	for _, t := range texts {
+		if t != "" {
+			kept = append(kept, t)
+		}
+	}
+	return strings.Join(kept, "\n")
+}
+
 // contentTexts returns a content value's text parts (a string is one part, null none).
 func contentTexts(c jinja.Value) ([]string, error) {
 	switch {
@@ -232,13 +253,20 @@ func contentTexts(c jinja.Value) ([]string, error) {
 				return nil, fmt.Errorf("content[%d] must be an object", i)
 			}
 			typ := get(p.AsDict(), "type")
-			txt := get(p.AsDict(), "text")
-			if !typ.IsString() || typ.AsString() != "text" || !txt.IsString() {
-				t := "?"
-				if typ.IsString() {
-					t = typ.AsString()
-				}
+			t := "?"
+			if typ.IsString() {
+				t = typ.AsString()
+			}
+			key, ok := textPartKeys[t]
+			if !ok {
 				return nil, fmt.Errorf("content[%d]: only text parts are supported, got type %q", i, t)
+			}
+			txt := get(p.AsDict(), key)
+			if !present(txt) && (t == "text" || t == "refusal") {
+				continue // vLLM skips a text or refusal part without content
+			}
+			if !txt.IsString() {
+				return nil, fmt.Errorf("content[%d]: a %q part needs a string %q", i, t, key)
 			}
 			texts = append(texts, txt.AsString())
 		}
@@ -248,7 +276,7 @@ func contentTexts(c jinja.Value) ([]string, error) {
 }
 
 // toolCalls copies tool calls, parsing string arguments as vLLM does.
-func toolCalls(items []jinja.Value) (jinja.Value, error) {
+func toolCalls(items []jinja.Value, info *parseInfo) (jinja.Value, error) {
 	out := make([]jinja.Value, 0, len(items))
 	for i, it := range items {
 		if !it.IsDict() {
@@ -267,10 +295,7 @@ func toolCalls(items []jinja.Value) (jinja.Value, error) {
 		switch {
 		case args.IsDict() || args.IsList():
 		case args.IsString() && args.AsString() != "":
-			parsed, err := parseOrdered([]byte(args.AsString()))
-			if errors.Is(err, ErrIntegralFloat) {
-				return it, err
-			}
+			parsed, err := parseOrdered([]byte(args.AsString()), info)
 			if err != nil {
 				parsed = jinja.NewDict()
 			}

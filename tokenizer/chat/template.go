@@ -1,10 +1,11 @@
 // Package chat renders a model's Jinja chat template for an OpenAI chat request exactly as vLLM
 // does with Hugging Face transformers: vLLM's message rewriting (text parts joined with "\n",
-// tool-call arguments parsed, tools as vLLM dumps them), transformers' template environment
-// (trim_blocks, lstrip_blocks, a tojson that keeps key order and does not escape HTML,
-// raise_exception, strftime_now) on github.com/ardanlabs/jinja, continue_final_message, and then
-// the model's tokenizer with add_special_tokens off unless the request turns it on. Templates
-// and requests that cannot be rendered exactly are refused with an error naming why.
+// tool-call arguments parsed as json.loads does, tools as vLLM dumps them), transformers'
+// template environment (trim_blocks, lstrip_blocks, tojson as json.dumps(ensure_ascii=False),
+// raise_exception, strftime_now) on github.com/ardanlabs/jinja with values printed as Python
+// prints them (rewrite.go, python.go), continue_final_message, and then the model's tokenizer
+// with add_special_tokens off unless the request turns it on. Templates and requests that
+// cannot be rendered exactly are refused with an error naming why (Reason labels it).
 package chat
 
 import (
@@ -22,7 +23,7 @@ import (
 // Template is a compiled chat template with its tokenizer. Safe for concurrent use.
 type Template struct {
 	tok     *tokenizer.Tokenizer
-	byName  map[string]*jinja.Template
+	byName  map[string]*compiled
 	special map[string]jinja.Value // bos_token, eos_token …
 	now     func() time.Time
 	// parts: the template loops over message content, so vLLM gives it content as a list of
@@ -30,21 +31,65 @@ type Template struct {
 	parts bool
 }
 
+// compiled is one named template, rewritten (rewrite.go) and compiled.
+type compiled struct {
+	t     *jinja.Template
+	feats templateFeatures
+}
+
 // contentLoop detects templates that iterate over message content, for which vLLM's "auto"
 // content format picks "openai" (content stays a list of parts). vLLM walks the template's AST
 // for a for-loop over message['content']; this matches the same loops in the source.
 var contentLoop = regexp.MustCompile(`for\s+\w+\s+in\s+\w+\s*(\.content|\[\s*['"]content['"]\s*\])`)
 
-// tojsonIndent: the engine renders tojson(indent=…) through Go's encoding/json, which sorts
-// keys and escapes HTML, unlike Python; refused.
-var tojsonIndent = regexp.MustCompile(`tojson\s*\(\s*indent`)
+// Refusals: a template or request the Go path cannot render exactly. Each wraps
+// tokenizer.ErrUnsupported; Reason names them for metrics.
+var (
+	// ErrNoTemplate is returned by New for a tokenizer without a chat template.
+	ErrNoTemplate = fmt.Errorf("%w: the tokenizer has no chat template", tokenizer.ErrUnsupported)
+	// ErrTemplateFeature: the template uses something the Go engine does not render exactly
+	// (the {% generation %} tag, a syntax it does not parse …).
+	ErrTemplateFeature = fmt.Errorf("%w: chat template", tokenizer.ErrUnsupported)
+	// ErrNumberFormat: the request has a number (such as 1.0, 1234567.5 or an integer beyond
+	// int64) and the template formats values outside tojson and {{ … }} (through ~, join,
+	// format, '%s' % …), where the Go engine prints numbers differently from Python.
+	ErrNumberFormat = fmt.Errorf("%w: a number the template formats outside tojson and {{ }}, where Go and Python print it differently", tokenizer.ErrUnsupported)
+	// ErrBigInteger: an integer beyond int64 that the template inspects as a number ("is
+	// integer", | int …) or that shares its float value with another number of the request.
+	ErrBigInteger = fmt.Errorf("%w: an integer beyond 64 bits that the template inspects as a number", tokenizer.ErrUnsupported)
+	// ErrPythonWhitespace: the request holds U+001C–U+001F and the template calls
+	// str.strip()/split()/splitlines(), whose whitespace and line breaks differ in Go.
+	ErrPythonWhitespace = fmt.Errorf("%w: U+001C–U+001F in a request whose template strips or splits on Python's whitespace", tokenizer.ErrUnsupported)
+	// ErrPythonRepr: the template prints a container holding a character whose Python repr
+	// depends on the Python version's Unicode tables.
+	ErrPythonRepr = fmt.Errorf("%w: a list or dict printed with Python's repr that cannot be reproduced exactly", tokenizer.ErrUnsupported)
+)
 
-// ErrNoTemplate is returned by New for a tokenizer without a chat template.
-var ErrNoTemplate = fmt.Errorf("%w: the tokenizer has no chat template", tokenizer.ErrUnsupported)
+// Reason returns a short label for why err refuses exact tokenization (for metrics), or ""
+// when err is not such a refusal.
+func Reason(err error) string {
+	switch {
+	case err == nil || !errors.Is(err, tokenizer.ErrUnsupported):
+		return ""
+	case errors.Is(err, ErrNoTemplate):
+		return "no_chat_template"
+	case errors.Is(err, ErrTemplateFeature):
+		return "template_feature"
+	case errors.Is(err, ErrNumberFormat):
+		return "number_format"
+	case errors.Is(err, ErrBigInteger):
+		return "big_integer"
+	case errors.Is(err, ErrPythonWhitespace):
+		return "python_whitespace"
+	case errors.Is(err, ErrPythonRepr):
+		return "python_repr"
+	}
+	return "tokenizer_feature"
+}
 
 // New compiles the tokenizer's chat templates (tokenizer_config.json's chat_template).
 func New(tok *tokenizer.Tokenizer) (*Template, error) {
-	t := &Template{tok: tok, byName: map[string]*jinja.Template{}, now: time.Now, special: map[string]jinja.Value{}}
+	t := &Template{tok: tok, byName: map[string]*compiled{}, now: time.Now, special: map[string]jinja.Value{}}
 	for _, name := range []string{"default", "tool_use"} {
 		src := tok.ChatTemplate(name)
 		if src == "" {
@@ -54,11 +99,15 @@ func New(tok *tokenizer.Tokenizer) (*Template, error) {
 			return nil, fmt.Errorf("chat template %q: %w", name, err)
 		}
 		t.parts = t.parts || contentLoop.MatchString(src)
-		c, err := jinja.Compile(src)
+		rw, feats, err := rewriteTemplate(src)
 		if err != nil {
-			return nil, fmt.Errorf("%w: chat template %q: %v", tokenizer.ErrUnsupported, name, err)
+			return nil, fmt.Errorf("%w %q: %v", ErrTemplateFeature, name, err)
 		}
-		t.byName[name] = c
+		c, err := jinja.Compile(rw)
+		if err != nil {
+			return nil, fmt.Errorf("%w %q: %v", ErrTemplateFeature, name, err)
+		}
+		t.byName[name] = &compiled{t: c, feats: feats}
 	}
 	if len(t.byName) == 0 {
 		return nil, ErrNoTemplate
@@ -70,11 +119,8 @@ func New(tok *tokenizer.Tokenizer) (*Template, error) {
 }
 
 func checkTemplate(src string) error {
-	if tojsonIndent.MatchString(src) {
-		return fmt.Errorf("%w: tojson(indent=…) in the template", tokenizer.ErrUnsupported)
-	}
 	if strings.Contains(src, "{% generation %}") || strings.Contains(src, "{%- generation") {
-		return fmt.Errorf("%w: the {%% generation %%} tag", tokenizer.ErrUnsupported)
+		return fmt.Errorf("%w: the {%% generation %%} tag", ErrTemplateFeature)
 	}
 	return nil
 }
@@ -106,7 +152,15 @@ func (t *Template) Render(r *Request) (string, error) {
 	data["tools"] = r.Tools
 	data["documents"] = r.Documents
 	data["add_generation_prompt"] = jinja.NewBool(r.AddGenerationPrompt)
-	s, err := c.RenderValues(data)
+	if err := r.refusal(c.feats); err != nil {
+		return "", err
+	}
+	st := &renderState{nums: r.info.nums}
+	st.bind(data)
+	s, err := c.t.RenderValues(data)
+	if st.refused != nil {
+		return "", st.refused
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: chat template: %v", ErrBadRequest, err)
 	}

@@ -12,8 +12,11 @@ import { effective } from './effective.mjs';
 const require = createRequire(path.resolve('.cache/tokenizers/node_modules/x.js'));
 const { Tokenizer } = require('tokenizers');
 
+// The requests come from render.py as JSON text and are copied into the goldens verbatim:
+// JavaScript numbers would lose integers beyond 2^53.
 const rendered = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-const cases = JSON.parse(fs.readFileSync('tokenizer/testdata/gen/chats.json', 'utf8'));
+const cases = rendered.requests;
+delete rendered.requests;
 for (const [m, res] of Object.entries(rendered)) {
   const dir = path.join('.cache/tokenizers', m);
   const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
@@ -24,12 +27,14 @@ for (const [m, res] of Object.entries(rendered)) {
   const out = [];
   for (let i = 0; i < cases.length; i++) {
     const r = res[i];
-    const c = { name: cases[i].name, request: cases[i].request };
+    const c = { name: cases[i].name, request: `\u0000REQ${i}` };
     if (r.error !== undefined) { c.error = r.error; out.push(c); continue; }
     c.rendered = r.rendered;
-    c.ids = (await tok.encode(r.rendered, null, { addSpecialTokens: !!cases[i].request.add_special_tokens })).getIds();
+    c.ids = (await tok.encode(r.rendered, null, { addSpecialTokens: cases[i].add_special_tokens })).getIds();
     out.push(c);
   }
-  fs.writeFileSync(`tokenizer/testdata/golden/chat_${m}.json`, JSON.stringify({ model: m, oracle: 'python3-jinja2 + npm tokenizers@0.23.2', cases: out }) + '\n');
+  const text = JSON.stringify({ model: m, oracle: 'python3-jinja2 + npm tokenizers@0.23.2', cases: out })
+    .replace(/"\\u0000REQ(\d+)"/g, (_, i) => cases[Number(i)].request_json);
+  fs.writeFileSync(`tokenizer/testdata/golden/chat_${m}.json`, text + '\n');
   console.log(m, out.length, 'chat cases');
 }

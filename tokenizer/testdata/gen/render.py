@@ -7,7 +7,7 @@
 # entrypoints/chat_utils.py (_parse_chat_message_content, _postprocess_messages) and the
 # ChatCompletionRequest defaults (add_generation_prompt=True, add_special_tokens=False,
 # tools = [tool.model_dump()]: FunctionDefinition{name, description=None, parameters=None}).
-import json, re, sys
+import json, math, re, sys
 import jinja2, jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.exceptions import TemplateError
@@ -35,6 +35,11 @@ def tok_str(v):
 # match the same loops in the source.
 CONTENT_LOOP = re.compile(r"for\s+\w+\s+in\s+\w+\s*(\.content|\[\s*['\"]content['\"]\s*\])")
 
+# The part types vLLM reads as text and the key holding it (chat_utils.py MM_PARSER_MAP,
+# _parse_chat_message_content_part): a text or refusal part without content is skipped, and
+# the "string" format keeps only non-empty texts (`if parse_res:`).
+TEXT_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
+
 def parse_message(m, parts_format=False):
     role = m["role"]
     content = m.get("content")
@@ -43,10 +48,13 @@ def parse_message(m, parts_format=False):
     else: parts = content
     texts = []
     for p in parts:
-        if isinstance(p, str): texts.append(p)
-        elif p.get("type") == "text": texts.append(p["text"])
-        else: raise ValueError("unsupported part " + p.get("type"))
-    out = {"role": role, "content": [{"type": "text", "text": t} for t in texts] if parts_format else "\n".join(texts)}
+        if isinstance(p, str): texts.append(p); continue
+        typ = p.get("type")
+        if typ not in TEXT_KEYS: raise ValueError("unsupported part " + str(typ))
+        t = p.get(TEXT_KEYS[typ])
+        if t is None and typ in ("text", "refusal"): continue
+        texts.append(t)
+    out = {"role": role, "content": [{"type": "text", "text": t} for t in texts] if parts_format else "\n".join(t for t in texts if t)}
     if role == "assistant" and m.get("tool_calls") is not None:
         out["tool_calls"] = list(m["tool_calls"])
     elif role == "tool" and "tool_call_id" in m:
@@ -54,7 +62,7 @@ def parse_message(m, parts_format=False):
     if isinstance(m.get("name"), str):
         out["name"] = m["name"]
     if role == "assistant":
-        r = m.get("reasoning", m.get("reasoning_content"))
+        r = m.get("reasoning") or m.get("reasoning_content")
         if r is not None:
             out["reasoning"] = r
             out["reasoning_content"] = r
@@ -120,16 +128,30 @@ def render(cfg, req):
             s = s[:loc + len(final.strip())]
     return s
 
-out = {}
-cases = json.load(open("tokenizer/testdata/gen/chats.json"))
-for model in ["llama3", "llama3_1", "qwen3", "deepseek_v3", "gemma3"]:
-    cfg = json.load(open(f".cache/tokenizers/{model}/tokenizer_config.json"))
-    res = []
-    for c in cases:
-        try:
-            res.append({"name": c["name"], "rendered": render(cfg, c["request"])})
-        except Exception as e:
-            res.append({"name": c["name"], "error": f"{type(e).__name__}: {e}"})
-    out[model] = res
-json.dump(out, open(sys.argv[1], "w"), ensure_ascii=False)
-print("rendered", sum(len(v) for v in out.values()))
+def request_json(req):
+    # The request as standard JSON for the goldens (gen_chat.mjs copies it verbatim): numbers as
+    # json.load read them, a float past the range (1e400 read as inf) written back as 1e400.
+    def prep(o):
+        if isinstance(o, float) and math.isinf(o): return "\x00INF" + ("-" if o < 0 else "+")
+        if isinstance(o, float) and math.isnan(o): raise ValueError("NaN outside a string")
+        if isinstance(o, dict): return {k: prep(v) for k, v in o.items()}
+        if isinstance(o, list): return [prep(v) for v in o]
+        return o
+    s = json.dumps(prep(req), ensure_ascii=False)
+    return s.replace('"\\u0000INF+"', "1e400").replace('"\\u0000INF-"', "-1e400")
+
+if __name__ == "__main__":
+    cases = json.load(open("tokenizer/testdata/gen/chats.json"))
+    out = {"requests": [{"name": c["name"], "request_json": request_json(c["request"]),
+                         "add_special_tokens": bool(c["request"].get("add_special_tokens"))} for c in cases]}
+    for model in ["llama3", "llama3_1", "qwen3", "deepseek_v3", "gemma3"]:
+        cfg = json.load(open(f".cache/tokenizers/{model}/tokenizer_config.json"))
+        res = []
+        for c in cases:
+            try:
+                res.append({"name": c["name"], "rendered": render(cfg, c["request"])})
+            except Exception as e:
+                res.append({"name": c["name"], "error": f"{type(e).__name__}: {e}"})
+        out[model] = res
+    json.dump(out, open(sys.argv[1], "w"), ensure_ascii=False)
+    print("rendered", sum(len(v) for k, v in out.items() if k != "requests"))
