@@ -24,6 +24,9 @@ fi
 echo "== tracked files: none over 1 MiB outside data/"
 scripts/checksize.sh
 
+echo "== no reference to a document or tracker outside the repository"
+scripts/checkrefs.sh
+
 echo "== gofmt"
 bad=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
 if [ -n "$bad" ]; then
@@ -80,6 +83,9 @@ PREFIXMESH_DRILLS_REPORT="$drills_report" go test -race -count=1 -timeout 30m ./
 
 echo "== allocation tests without the race detector (they skip under it)"
 go test -count=1 -run 'Allocs' ./... | grep -v 'no tests to run' || status=$?
+
+echo "== the tokenizer's whole code-point sweep without the race detector (under it, every 16th block)"
+go test -count=1 -run 'CodePointSweep' ./tokenizer/ || status=$?
 
 if [ -s "$drills_report" ]; then
   echo "== fault drill figures (internal/drills)"

@@ -21,7 +21,7 @@ import (
 // 9.0.0 an unassigned code point, which has combining class 0, no decomposition, and composes
 // with nothing.
 
-// Hangul syllable arithmetic (Unicode 9.0.0 §3.12).
+// Hangul syllable arithmetic (The Unicode Standard 9.0.0, section 3.12, "Conjoining Jamo Behavior").
 const (
 	hangulSBase  = 0xAC00
 	hangulLBase  = 0x1100

@@ -1,5 +1,5 @@
 // Times Hugging Face's Rust tokenizers (npm tokenizers@0.23.2) on the corpus the Go benchmarks
-// use (issue 12), so both are measured in the same run on the same text. Run from the repository
+// use, so both are measured in the same run on the same text. Run from the repository
 // root, pinned to one core like the Go side:
 //   taskset -c 0 node tokenizer/testdata/bench/bench.mjs
 // It prints, per model and text, tokens, ms per encode and MB/s (best of a few rounds).

@@ -1,4 +1,4 @@
-// The text corpus of the golden tests (issue 12). Fixed strings cover the cases that break
+// The text corpus of the golden tests. Fixed strings cover the cases that break
 // tokenizers; a seeded generator adds strings drawn from a pool of tricky characters.
 const fixed = [
   "", "Hello, world!", "  multiple   spaces\n\n\tand tabs", "naïve café 123456 ﬁ",

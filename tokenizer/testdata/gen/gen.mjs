@@ -1,5 +1,5 @@
 // Generates tokenizer/testdata/golden/<model>.json with Hugging Face's Rust tokenizers (npm
-// tokenizers@0.23.2) as the oracle (issue 12). Run from the repository root after
+// tokenizers@0.23.2) as the oracle. Run from the repository root after
 // scripts/fetch-tokenizers.sh --with-reference:
 //   NODE_PATH=.cache/tokenizers/node_modules node tokenizer/testdata/gen/gen.mjs
 // For add_special_tokens=true the post-processor is first replaced as transformers does when

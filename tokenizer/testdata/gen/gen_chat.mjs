@@ -1,4 +1,4 @@
-// Generates tokenizer/testdata/golden/chat_<model>.json (issue 12): the chat requests of
+// Generates tokenizer/testdata/golden/chat_<model>.json: the chat requests of
 // chats.json, their prompts as Python Jinja2 renders them (render.py's output, argument 1), and
 // the ids HF's Rust tokenizers (npm tokenizers@0.23.2) gives those prompts with the request's
 // add_special_tokens (default false, as vLLM's chat path). Run from the repository root:

@@ -1,5 +1,5 @@
 # Renders the chat goldens' prompts with Python Jinja2 (Debian python3-jinja2) in Hugging Face's
-# environment, after the message handling vLLM applies to a chat request (issue 12).
+# environment, after the message handling vLLM applies to a chat request.
 # Run with Debian's interpreter:  /usr/bin/python3 tokenizer/testdata/gen/render.py OUT.json
 # Sources: transformers' chat template environment (ImmutableSandboxedEnvironment with
 # trim_blocks, lstrip_blocks, loopcontrols, tojson = json.dumps(ensure_ascii=False),
