@@ -312,6 +312,11 @@ func TestFollowerCloseLeavesNoGoroutines(t *testing.T) {
 			for i := 0; i < 100; i++ { // a burst, some of it still queued when Close comes
 				p.Publish(1, []Event{{Kind: KindStored, Hashes: []uint64{uint64(100000*round + i + 1)}, Tokens: toks(1000*round+4*i, 4), BlockSize: bs}})
 			}
+			// Give the burst time to arrive before the next: bursts sent back to back on a loaded
+			// machine outrun the follower, whose gaps then keep clearing what it mirrored.
+			for settle := time.Now().Add(250 * time.Millisecond); time.Now().Before(settle) && m.PeekMatchedTokens(last, bs, 0) != 4; {
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
 		f.Close()
 	}
