@@ -133,12 +133,12 @@ func TestRoutesThroughGateway(t *testing.T) {
 					if n := r.inFlight(); n != 0 {
 						return fmt.Errorf("%d in flight", n)
 					}
-					if seen := testutil.ToFloat64(r.epp.met.estimateSeen); seen != 4 {
+					if seen := r.counter("prefixmesh_extproc_estimate_compared_total"); seen != 4 {
 						return fmt.Errorf("%v requests compared", seen)
 					}
 					return nil
 				})
-				if seen, exact := testutil.ToFloat64(r.epp.met.estimateSeen), testutil.ToFloat64(r.epp.met.estimateExact); exact != seen {
+				if seen, exact := r.counter("prefixmesh_extproc_estimate_compared_total"), r.counter("prefixmesh_extproc_estimate_exact_total"); exact != seen {
 					t.Fatalf("estimate == cached_tokens on %v of %v requests; want all", exact, seen)
 				}
 			})

@@ -268,3 +268,22 @@ func decision(t *testing.T, g *fakegw.Gateway, n int) fakegw.Decision {
 	})
 	return ds[n-1]
 }
+
+// counter is the value of the rig registry's counter name (0 when absent).
+func (r *rig) counter(name string) float64 {
+	r.t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
+}

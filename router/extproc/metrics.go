@@ -1,20 +1,22 @@
 package extproc
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+)
 
 // metrics are the endpoint picker's Prometheus series.
 type metrics struct {
-	decisions     *prometheus.CounterVec // result: prefix, load, no_nodes, overloaded, subset_empty
-	outcomes      *prometheus.CounterVec // class: 2xx, 4xx, 5xx, none, served_elsewhere
-	streamErrors  *prometheus.CounterVec // cause
-	estimateExact prometheus.Counter
-	estimateSeen  prometheus.Counter
-	estimateError prometheus.Histogram
-	decideSecs    prometheus.Histogram
-	answerSecs    prometheus.Histogram
-	ttft          prometheus.Histogram
-	streams       prometheus.Gauge
-	buffered      prometheus.Gauge
+	decisions    *prometheus.CounterVec      // result: prefix, load, no_nodes, overloaded, subset_empty
+	outcomes     *prometheus.CounterVec      // class: 2xx, 4xx, 5xx, none, served_elsewhere
+	streamErrors *prometheus.CounterVec      // cause
+	accuracy     *frontdoor.EstimateAccuracy // estimate against cached_tokens, as the front door's
+	decideSecs   prometheus.Histogram
+	answerSecs   prometheus.Histogram
+	ttft         prometheus.Histogram
+	streams      prometheus.Gauge
+	buffered     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,13 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Routed requests by how they ended: the response's status class (2xx, 4xx, 5xx), none (no response), served_elsewhere (the gateway used a fallback)."}, []string{"class"}),
 		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stream_errors_total",
 			Help: "Streams ended abnormally, by cause: too_large, busy, too_many_streams, request_timeout, stream_timeout, protocol, cancelled, send."}, []string{"cause"}),
-		estimateExact: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_exact_total",
-			Help: "Requests whose estimated matched tokens equalled the engine's cached_tokens."}),
-		estimateSeen: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_compared_total",
-			Help: "Requests whose engine reported cached_tokens (the denominator of estimate accuracy)."}),
-		estimateError: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "estimate_abs_error_tokens",
-			Help:    "Absolute difference between the estimated matched tokens and the engine's cached_tokens.",
-			Buckets: append([]float64{0}, prometheus.ExponentialBuckets(16, 2, 12)...)}),
+		accuracy: frontdoor.NewEstimateAccuracy(sub),
 		decideSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "decision_seconds",
 			Help: "Time from the end of the request body to the answer: parse, tokenise, pick.", Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16)}),
 		answerSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "answer_seconds",
@@ -47,8 +43,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.outcomes, m.streamErrors, m.estimateExact, m.estimateSeen,
-		m.estimateError, m.decideSecs, m.answerSecs, m.ttft, m.streams, m.buffered} {
+	for _, c := range append([]prometheus.Collector{m.decisions, m.outcomes, m.streamErrors, m.decideSecs, m.answerSecs,
+		m.ttft, m.streams, m.buffered}, m.accuracy.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

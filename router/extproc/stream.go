@@ -346,13 +346,8 @@ func (st *stream) end(err error) {
 		if o.TTFT > 0 {
 			met.ttft.Observe(o.TTFT.Seconds())
 		}
-		if o.CachedTokens >= 0 && pk.PromptTokens >= 0 {
-			met.estimateSeen.Inc()
-			diff := pk.EstimatedMatchedTokens - o.CachedTokens
-			if diff == 0 {
-				met.estimateExact.Inc()
-			}
-			met.estimateError.Observe(float64(max(diff, -diff)))
+		if pk.PromptTokens >= 0 { // routed by load: no estimate to compare
+			met.accuracy.Observe(pk.EstimatedMatchedTokens, o.CachedTokens)
 		}
 	}
 	st.s.log.Debug("request", "path", st.path, "node", pk.NodeID, "dest", st.dest, "policy", pk.Policy, "reason", pk.Reason,

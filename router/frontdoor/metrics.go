@@ -7,15 +7,13 @@ import (
 
 // metrics are the front door's Prometheus series.
 type metrics struct {
-	requests      *prometheus.CounterVec   // endpoint, code, outcome
-	decisions     *prometheus.CounterVec   // node, policy, reason
-	estimateExact prometheus.Counter       // requests whose estimate equalled cached_tokens
-	estimateSeen  prometheus.Counter       // requests with both an estimate and cached_tokens
-	estimateError prometheus.Histogram     // |estimate − cached_tokens| in tokens
-	ttft          prometheus.Histogram     // seconds to the first token (streams) or the response
-	latency       *prometheus.HistogramVec // endpoint
-	retries       *prometheus.CounterVec   // cause
-	ejections     *prometheus.CounterVec   // node
+	requests  *prometheus.CounterVec   // endpoint, code, outcome
+	decisions *prometheus.CounterVec   // node, policy, reason
+	accuracy  *EstimateAccuracy        // estimate against cached_tokens
+	ttft      prometheus.Histogram     // seconds to the first token (streams) or the response
+	latency   *prometheus.HistogramVec // endpoint
+	retries   *prometheus.CounterVec   // cause
+	ejections *prometheus.CounterVec   // node
 	// firstByteTimeouts counts attempts whose engine sent no response headers in time, by node.
 	firstByteTimeouts *prometheus.CounterVec
 	// brokenStreams counts responses cut after they began, by node and cause.
@@ -37,13 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "HTTP requests by endpoint, status code and outcome (complete, or the cause a response was cut after it began)."}, []string{"endpoint", "code", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
 			Help: "Routing decisions by chosen node, policy and reason (retries included)."}, []string{"node", "policy", "reason"}),
-		estimateExact: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_exact_total",
-			Help: "Requests whose estimated matched tokens equalled the engine's cached_tokens."}),
-		estimateSeen: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "estimate_compared_total",
-			Help: "Requests whose engine reported cached_tokens (the denominator of estimate accuracy)."}),
-		estimateError: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "estimate_abs_error_tokens",
-			Help:    "Absolute difference between the estimated matched tokens and the engine's cached_tokens.",
-			Buckets: append([]float64{0}, prometheus.ExponentialBuckets(16, 2, 12)...)}),
+		accuracy: NewEstimateAccuracy(sub),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "ttft_seconds",
 			Help: "Time from arrival to the first output token relayed (streams) or to the response headers.", Buckets: latencyBuckets}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "request_duration_seconds",
@@ -69,9 +61,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.estimateExact, m.estimateSeen,
-		m.estimateError, m.ttft, m.latency, m.retries, m.ejections, m.rejected, m.inexact, m.inflight,
-		m.firstByteTimeouts, m.brokenStreams} {
+	for _, c := range append([]prometheus.Collector{m.requests, m.decisions, m.ttft, m.latency, m.retries, m.ejections,
+		m.rejected, m.inexact, m.inflight, m.firstByteTimeouts, m.brokenStreams}, m.accuracy.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -417,14 +417,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 		if ttft > 0 {
 			s.met.ttft.Observe(ttft.Seconds())
 		}
-		if obs.cached >= 0 && pk.EstimatedMatchedTokens >= 0 {
-			s.met.estimateSeen.Inc()
-			diff := pk.EstimatedMatchedTokens - obs.cached
-			if diff == 0 {
-				s.met.estimateExact.Inc()
-			}
-			s.met.estimateError.Observe(float64(max(diff, -diff)))
-		}
+		s.met.accuracy.Observe(pk.EstimatedMatchedTokens, obs.cached)
 	}
 	if rerr == nil {
 		return
