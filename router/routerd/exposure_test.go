@@ -5,8 +5,10 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -85,5 +87,32 @@ func TestPlaintextGRPCNeedsInsecureFlag(t *testing.T) {
 	}
 	if d := DefaultServeConfig(); strings.Contains(d.RaftDir, "data/raft") || !filepath.IsAbs(d.RaftDir) {
 		t.Errorf("default --raft-dir %q: want an absolute state directory outside the working directory", d.RaftDir)
+	}
+}
+
+// /healthz carries the plaintext-gRPC warning once, however many times it is asked, and only
+// while the router serves.
+func TestHealthzWarningIsStable(t *testing.T) {
+	var ready atomic.Bool
+	reason := ""
+	h := healthHandler("ok\n", "gRPC serves without TLS", &ready, func() string { return reason })
+	get := func() (int, string) {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, _ := get(); code != http.StatusServiceUnavailable {
+		t.Fatalf("unready: %d, want 503", code)
+	}
+	ready.Store(true)
+	want := "ok\nwarning: gRPC serves without TLS\n"
+	for i := range 3 {
+		if code, body := get(); code != http.StatusOK || body != want {
+			t.Fatalf("request %d: %d %q, want 200 %q", i, code, body, want)
+		}
+	}
+	reason = "gossip isolated"
+	if code, body := get(); code != http.StatusServiceUnavailable || !strings.Contains(body, "gossip isolated") {
+		t.Fatalf("isolated: %d %q", code, body)
 	}
 }

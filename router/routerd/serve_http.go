@@ -74,24 +74,8 @@ func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, wi
 	} else { // moved to --metrics-listen: not served beside the front door either
 		mux.HandleFunc("GET /metrics", http.NotFound)
 	}
-	health := func(okBody string) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			if reason := notServing(); reason != "" {
-				http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
-				return
-			}
-			if !ready.Load() {
-				http.Error(w, "not serving: mirror not synced, or draining", http.StatusServiceUnavailable)
-				return
-			}
-			if warning != "" && okBody != "" {
-				okBody += "warning: " + warning + "\n"
-			}
-			_, _ = io.WriteString(w, okBody)
-		}
-	}
-	mux.HandleFunc("GET /healthz", health("ok\n"))
-	mux.HandleFunc("GET /health", health("")) // vLLM's: 200 with an empty body when healthy
+	mux.HandleFunc("GET /healthz", healthHandler("ok\n", warning, ready, notServing))
+	mux.HandleFunc("GET /health", healthHandler("", "", ready, notServing)) // vLLM's: 200 with an empty body when healthy
 	mux.Handle("/", fd.Server.Handler())
 	// Failed TLS handshakes and bad requests are counted and logged a few per interval.
 	errLog, err := ratelog.ErrorLog(logger, reg)
@@ -107,6 +91,25 @@ func httpServer(ctx context.Context, fd *frontDoor, reg *prometheus.Registry, wi
 		// Requests outlive ctx's cancellation (SIGTERM): the drain decides when they end.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ErrorLog:    errLog,
+	}
+}
+
+// healthHandler answers okBody (and the warning on a line of its own, when both are set) while
+// ready and no reason makes the router not serving, else 503 with why.
+func healthHandler(okBody, warning string, ready *atomic.Bool, notServing func() string) http.HandlerFunc {
+	if warning != "" && okBody != "" {
+		okBody += "warning: " + warning + "\n"
+	}
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if reason := notServing(); reason != "" {
+			http.Error(w, "not serving: "+reason, http.StatusServiceUnavailable)
+			return
+		}
+		if !ready.Load() {
+			http.Error(w, "not serving: mirror not synced, or draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, okBody)
 	}
 }
 
