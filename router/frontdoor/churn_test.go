@@ -67,3 +67,10 @@ func TestChurnedNodesAreForgotten(t *testing.T) {
 		t.Errorf("the present node %s lost its series", present[0].Info.ID)
 	}
 }
+
+// tracked is how many nodes the health table holds.
+func (h *Health) tracked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.nodes)
+}

@@ -125,13 +125,6 @@ func (h *Health) Sweep() {
 	}
 }
 
-// tracked is how many nodes the table holds.
-func (h *Health) tracked() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.nodes)
-}
-
 // ReportFailure records a failed attempt; the EjectAfter-th consecutive one ejects the node.
 func (h *Health) ReportFailure(nodeID string) {
 	h.mu.Lock()
