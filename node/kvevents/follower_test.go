@@ -45,6 +45,49 @@ func freePorts(t *testing.T, n int) int {
 	return 0
 }
 
+// listeningFollower is a follower started on a free loopback port with --kv-events-listen (the
+// agent binds, the engine dials in), mirroring into a fresh mirror of block size bs; tune, when
+// not nil, adjusts its configuration first (hooks). It stops when the test ends.
+type listeningFollower struct {
+	t   *testing.T
+	ctx context.Context
+	m   *Mirror
+	cfg Config
+	f   *Follower
+}
+
+func startListening(t *testing.T, bs int, tune func(m *Mirror, cfg *Config)) *listeningFollower {
+	t.Helper()
+	port := freePorts(t, 1)
+	l := &listeningFollower{t: t, m: NewMirror(bs), cfg: DefaultConfig()}
+	l.cfg.Endpoint, l.cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
+	if tune != nil {
+		tune(l.m, &l.cfg)
+	}
+	f, err := NewFollower(l.cfg, l.m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.Start(ctx)
+	t.Cleanup(f.Close)
+	waitFor(t, "listening", f.Connected)
+	l.ctx, l.f = ctx, f
+	return l
+}
+
+// dialEngine is a PUB socket dialled into the follower, as an engine configured to connect.
+func (l *listeningFollower) dialEngine() zmq4.Socket {
+	l.t.Helper()
+	pub := zmq4.NewPub(l.ctx)
+	l.t.Cleanup(func() { _ = pub.Close() })
+	if err := pub.Dial(l.cfg.Endpoint); err != nil {
+		l.t.Fatal(err)
+	}
+	return pub
+}
+
 func itoa(n int) string { return string(appendInt(nil, n)) }
 
 func appendInt(b []byte, n int) []byte {
@@ -99,24 +142,8 @@ func TestFollowerDataParallelRanks(t *testing.T) {
 // concrete host connects instead of binding).
 func TestFollowerListen(t *testing.T) {
 	const bs = 4
-	port := freePorts(t, 1)
-	m := NewMirror(bs)
-	cfg := DefaultConfig()
-	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
-	f, err := NewFollower(cfg, m, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.Start(ctx)
-	defer f.Close()
-	waitFor(t, "listening", f.Connected)
-	pub := zmq4.NewPub(ctx)
-	defer pub.Close()
-	if err := pub.Dial(cfg.Endpoint); err != nil {
-		t.Fatal(err)
-	}
+	l := startListening(t, bs, nil)
+	m, f, pub := l.m, l.f, l.dialEngine()
 	e := NewEncoder(LayoutArray, HashInt)
 	a := toks(1, 4)
 	// No replay and a late subscription: clears give the mirror a clean baseline.
@@ -212,30 +239,15 @@ func (h *hookLog) String() string {
 // engine restarted, called once the old cache is gone from the mirror.
 func TestFollowerHooks(t *testing.T) {
 	const bs = 4
-	port := freePorts(t, 1)
-	m := NewMirror(bs)
 	a, b, c := toks(1, 4), toks(20, 4), toks(40, 4)
 	var log hookLog
-	cfg := DefaultConfig()
-	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true // no replay socket
-	cfg.OnComplete = func(rank int, ok bool) { log.add(fmt.Sprintf("complete(%d,%v)", rank, ok)) }
-	cfg.OnRestart = func(rank int) {
-		log.add(fmt.Sprintf("restart(%d,old=%d)", rank, m.PeekMatchedTokens(a, bs, 0)+m.PeekMatchedTokens(b, bs, 0)))
-	}
-	f, err := NewFollower(cfg, m, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.Start(ctx)
-	defer f.Close()
-	waitFor(t, "listening", f.Connected)
-	pub := zmq4.NewPub(ctx)
-	defer pub.Close()
-	if err := pub.Dial(cfg.Endpoint); err != nil {
-		t.Fatal(err)
-	}
+	l := startListening(t, bs, func(m *Mirror, cfg *Config) { // no replay socket
+		cfg.OnComplete = func(rank int, ok bool) { log.add(fmt.Sprintf("complete(%d,%v)", rank, ok)) }
+		cfg.OnRestart = func(rank int) {
+			log.add(fmt.Sprintf("restart(%d,old=%d)", rank, m.PeekMatchedTokens(a, bs, 0)+m.PeekMatchedTokens(b, bs, 0)))
+		}
+	})
+	m, f, pub := l.m, l.f, l.dialEngine()
 	e := NewEncoder(LayoutArray, HashInt)
 	send := func(seq uint64, evs []Event) {
 		var s8 [8]byte
@@ -285,24 +297,8 @@ func TestFollowerHooks(t *testing.T) {
 // partial, never exact.
 func TestFollowerLossyBatchIsGap(t *testing.T) {
 	const bs = 4
-	port := freePorts(t, 1)
-	m := NewMirror(bs)
-	cfg := DefaultConfig()
-	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
-	f, err := NewFollower(cfg, m, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.Start(ctx)
-	defer f.Close()
-	waitFor(t, "listening", f.Connected)
-	pub := zmq4.NewPub(ctx)
-	defer pub.Close()
-	if err := pub.Dial(cfg.Endpoint); err != nil {
-		t.Fatal(err)
-	}
+	l := startListening(t, bs, nil)
+	m, f, pub := l.m, l.f, l.dialEngine()
 	sendRaw := func(seq uint64, payload []byte) {
 		var s8 [8]byte
 		putSeq(s8[:], seq)

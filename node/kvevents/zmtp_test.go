@@ -148,19 +148,8 @@ func zmtpPeer(t *testing.T, addr, sockType string) net.Conn {
 // listening for the engine.
 func TestFollowerRefusesHugeFrame(t *testing.T) {
 	const bs = 4
-	port := freePorts(t, 1)
-	m := NewMirror(bs)
-	cfg := DefaultConfig()
-	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
-	f, err := NewFollower(cfg, m, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.Start(ctx)
-	defer f.Close()
-	waitFor(t, "listening", f.Connected)
+	l := startListening(t, bs, nil)
+	m, cfg := l.m, l.cfg
 
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -182,11 +171,7 @@ func TestFollowerRefusesHugeFrame(t *testing.T) {
 	}
 
 	// The engine still gets through.
-	pub := zmq4.NewPub(ctx)
-	defer pub.Close()
-	if err := pub.Dial(cfg.Endpoint); err != nil {
-		t.Fatal(err)
-	}
+	pub := l.dialEngine()
 	e := NewEncoder(LayoutArray, HashInt)
 	a := toks(1, 4)
 	deadline := time.Now().Add(20 * time.Second)
@@ -206,24 +191,9 @@ func TestFollowerRefusesHugeFrame(t *testing.T) {
 // publisher) ends only its own connection: the engine's stream goes on without a gap.
 func TestFollowerListenStrangerLeaves(t *testing.T) {
 	const bs = 4
-	port := freePorts(t, 1)
-	m := NewMirror(bs)
-	cfg := DefaultConfig()
-	cfg.Endpoint, cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
-	f, err := NewFollower(cfg, m, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.Start(ctx)
-	defer f.Close()
-	waitFor(t, "listening", f.Connected)
-	pub := zmq4.NewPub(ctx)
-	defer pub.Close()
-	if err := pub.Dial(cfg.Endpoint); err != nil {
-		t.Fatal(err)
-	}
+	l := startListening(t, bs, nil)
+	m, cfg, f := l.m, l.cfg, l.f
+	pub := l.dialEngine()
 	e := NewEncoder(LayoutArray, HashInt)
 	var seq uint64
 	send := func(h uint64, tk []uint32) {
@@ -251,7 +221,7 @@ func TestFollowerListenStrangerLeaves(t *testing.T) {
 
 	// A stranger: a ZMQ PUB that connects and closes, then a raw TCP peer that completes the
 	// handshake and hangs up.
-	stranger := zmq4.NewPub(ctx)
+	stranger := zmq4.NewPub(l.ctx)
 	if err := stranger.Dial(cfg.Endpoint); err != nil {
 		t.Fatal(err)
 	}
