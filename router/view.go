@@ -151,7 +151,7 @@ func (v *View) For(tokens []uint32, adapterID uint64, s *Snapshot) {
 		j := 0
 		for i := range s.Nodes {
 			if s.Nodes[i].BlockSize == bs {
-				if !s.Nodes[i].Cold { // a partial summary: no estimate (as routing.Decider)
+				if !s.Nodes[i].Cold { // a summary that may over-estimate: no estimate (as routing.Decider)
 					s.MatchedTokens[i] = s.blocks[j] * bs
 				}
 				j++

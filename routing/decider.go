@@ -347,8 +347,9 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	return nil
 }
 
-// fill hashes the prompt at the candidates' block sizes and estimates each candidate's matched
-// blocks (index and overlay) into c.blocks, c.iblocks and c.matched.
+// fill estimates each candidate's matched blocks (index and overlay) from c.hashes, the prompt
+// hashed at bs0, into c.blocks, c.iblocks and c.matched, hashing again for a candidate of another
+// block size.
 func (d *Decider) fill(req *DecideRequest, nodes []NodeInfo, bs0 int, c *Choice, now time.Time) {
 	d.estimate(c.hashes, c.ids, c.blocks, c.iblocks, now)
 	mixed := false
@@ -368,7 +369,7 @@ func (d *Decider) fill(req *DecideRequest, nodes []NodeInfo, bs0 int, c *Choice,
 		}
 	}
 	for i := range nodes {
-		if nodes[i].Cold { // a partial summary: no affinity from it, nor from the overlay on top of it
+		if nodes[i].Cold { // a summary that may over-estimate: no affinity from it, nor from the overlay on top of it
 			c.blocks[i], c.iblocks[i], c.matched[i] = 0, 0, 0
 		}
 	}

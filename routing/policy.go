@@ -11,9 +11,10 @@ type NodeInfo struct {
 	ID       string
 	Alive    bool
 	Draining bool
-	// Cold: the node's summary is incomplete (cluster.Meta.Cold: its mirror of a real engine's
-	// cache lost events beyond replay, or has no clean baseline yet). Decider.Decide counts its
-	// matched tokens as 0, so prefix affinity never leans on a partial view; it still takes load.
+	// Cold: the node's summary may hold blocks its engine no longer has (cluster.Meta.Cold: a
+	// mirror restored from a checkpoint whose gap is not settled yet), so it may over-estimate.
+	// Decider.Decide counts its matched tokens as 0, so prefix affinity never leans on it; it
+	// still takes load. A partial mirror (a lower bound) is not cold.
 	Cold  bool
 	Model string
 	// PrefillTokensPerSec is the node's uncached prefill throughput; 0 means unknown
