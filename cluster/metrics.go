@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "prefixmesh_gossip_mirrored_nodes", Help: "Node members the router mirrors.",
 		}),
 		coldNodes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "prefixmesh_gossip_cold_nodes", Help: "Mirrored nodes flagged cold (their cache view is incomplete: routed by load, no prefix affinity).",
+			Name: "prefixmesh_gossip_cold_nodes", Help: "Mirrored nodes flagged cold (their cache view may hold blocks the engine lost: routed by load, no prefix affinity).",
 		}),
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "prefixmesh_gossip_send_errors_total", Help: "Best-effort sends that failed locally.",
