@@ -18,6 +18,9 @@ type roundRobin struct {
 
 func (p *roundRobin) Name() string { return PolicyRoundRobin }
 
+// Config is the policy's configuration.
+func (p *roundRobin) Config() PolicyConfig { return p.cfg }
+
 func (p *roundRobin) Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error {
 	if err := checkInput(nodes, matchedTokens, d); err != nil {
 		return err
@@ -35,6 +38,9 @@ type leastLoaded struct {
 }
 
 func (p *leastLoaded) Name() string { return PolicyLeastLoaded }
+
+// Config is the policy's configuration.
+func (p *leastLoaded) Config() PolicyConfig { return p.cfg }
 
 func (p *leastLoaded) Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error {
 	if err := checkInput(nodes, matchedTokens, d); err != nil {
@@ -58,6 +64,9 @@ type chwbl struct {
 }
 
 func (p *chwbl) Name() string { return PolicyCHWBL }
+
+// Config is the policy's configuration.
+func (p *chwbl) Config() PolicyConfig { return p.cfg }
 
 func (p *chwbl) Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error {
 	if err := checkInput(nodes, matchedTokens, d); err != nil {
@@ -90,6 +99,9 @@ type longestPrefix struct {
 }
 
 func (p *longestPrefix) Name() string { return PolicyLongestPrefix }
+
+// Config is the policy's configuration.
+func (p *longestPrefix) Config() PolicyConfig { return p.cfg }
 
 func (p *longestPrefix) Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error {
 	if err := checkInput(nodes, matchedTokens, d); err != nil {
@@ -142,6 +154,9 @@ type sglangGate struct {
 
 func (p *sglangGate) Name() string { return PolicySGLangGate }
 
+// Config is the policy's configuration.
+func (p *sglangGate) Config() PolicyConfig { return p.cfg }
+
 func (p *sglangGate) Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error {
 	if err := checkInput(nodes, matchedTokens, d); err != nil {
 		return err
@@ -180,6 +195,9 @@ type dynamoCost struct {
 }
 
 func (p *dynamoCost) Name() string { return PolicyDynamoCost }
+
+// Config is the policy's configuration.
+func (p *dynamoCost) Config() PolicyConfig { return p.cfg }
 
 func (p *dynamoCost) Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error {
 	if err := checkInput(nodes, matchedTokens, d); err != nil {

@@ -38,6 +38,14 @@ type Decider struct {
 
 	pending []*Ticket // committed requests before their first token, in a deterministic order
 
+	// learned is what this router has learned of each node's TTFT from its own requests'
+	// first tokens (ttft.go); guarded by mu, dropped by ForgetNode. nominal is the policy's
+	// default prefill rate, the learner's unit of work.
+	learned map[string]*ttftLearner
+	fleet   ttftLearner
+	noLearn bool
+	pcfg    PolicyConfig
+
 	admitted atomic.Uint64 // AdmissionDelay calls, part of the stagger key
 
 	// commits counts decisions committed (Begin or Record): a decision that estimated before
@@ -111,6 +119,9 @@ type DeciderConfig struct {
 	// AdmissionSlot is AdmissionDelay's stagger per expected concurrent decision
 	// (DefaultAdmissionSlot when 0; negative disables the stagger).
 	AdmissionSlot time.Duration
+	// NoTTFTLearning keeps every node at the prior fit (TTFTFit's zero value: the nominal
+	// prefill rate, no overhead, no decode term), to measure what learning does.
+	NoTTFTLearning bool
 	// NoSpread keeps the learned concurrency from the policy (Request.Concurrency stays 0), to
 	// measure what spreading bursts does.
 	NoSpread bool
@@ -132,8 +143,13 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 		ttl = DefaultPeerLoadTTL
 	}
 	d := &Decider{index: index, overlay: overlay, policy: policy, maxPer: cfg.MaxInFlightPerNode, hooks: cfg.Hooks,
-		own: make(map[string]*InFlight), peers: newPeerLoads(ttl)}
+		own: make(map[string]*InFlight), peers: newPeerLoads(ttl), learned: make(map[string]*ttftLearner)}
+	d.pcfg = DefaultPolicyConfig()
+	if p, ok := policy.(interface{ Config() PolicyConfig }); ok {
+		d.pcfg = p.Config()
+	}
 	d.spread = !cfg.NoSpread
+	d.noLearn = cfg.NoTTFTLearning
 	d.slot = cfg.AdmissionSlot
 	if d.slot == 0 {
 		d.slot = DefaultAdmissionSlot
@@ -257,6 +273,11 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		n := &nodes[i]
 		l := d.inFlightLocked(n.ID)
 		n.InFlight, n.InFlightTokens, n.InFlightPrefillTokens = l.Requests, l.Tokens, l.PrefillTokens
+		n.TTFT = d.fleet.fit
+		if ln := d.learned[n.ID]; ln != nil {
+			n.TTFT = ln.fit
+		}
+		n.TTFT.FleetScale = d.fleet.fit.scale()
 		if d.maxPer > 0 && n.InFlight >= d.maxPer {
 			atCap = true
 			continue
@@ -317,6 +338,9 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	case CommitBegin:
 		t = d.newTicket(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold)
 		t.shared, t.pendingAt = now, len(d.pending)
+		// What the policy saw of the chosen node, to learn from when the first token comes.
+		t.decided = now
+		t.work, t.seqs = ttftFeatures(&cands[c.dec.Node], prompt-c.dec.MatchedTokens, &d.pcfg)
 		d.pending = append(d.pending, t)
 		l := d.own[id]
 		if l == nil {
@@ -483,6 +507,9 @@ func (d *Decider) Expire(now time.Time) {
 // installs a summary of a new epoch. In-flight counts stay until their requests end; their
 // first tokens then record nothing for a node the index no longer holds.
 func (d *Decider) ForgetNode(node string) {
+	d.mu.Lock()
+	delete(d.learned, node)
+	d.mu.Unlock()
 	if d.overlay != nil {
 		d.overlay.ForgetNode(node)
 	}
@@ -500,6 +527,10 @@ type Ticket struct {
 	// ticket's position in d.pending until its first token.
 	shared    time.Time
 	pendingAt int
+	// When the decision was taken and the TTFT features of the chosen node then (ttft.go):
+	// written before the ticket is handed out, read at the first token.
+	decided    time.Time
+	work, seqs float64
 
 	mu     sync.Mutex // guards everything below
 	hashes *[]uint64  // held in the overlay until the first token; back to the pool at Done
@@ -587,6 +618,9 @@ func (t *Ticket) releaseLocked(now time.Time, ok, end bool) {
 		d.pending[len(d.pending)-1] = nil
 		d.pending = d.pending[:len(d.pending)-1]
 	}
+	if firstTime && ok && !end {
+		d.observeTTFT(t, now)
+	}
 	if l := d.own[t.node]; l != nil {
 		if firstTime {
 			l.PrefillTokens -= t.load.PrefillTokens
@@ -611,6 +645,38 @@ func (t *Ticket) releaseLocked(now time.Time, ok, end bool) {
 			d.overlay.Abort(t.node, h)
 		}
 	}
+}
+
+// observeTTFT teaches the chosen node's learner the ticket's first token at now. Callers hold
+// d.mu.
+func (d *Decider) observeTTFT(t *Ticket, now time.Time) {
+	if d.noLearn {
+		return
+	}
+	if !d.index.Has(t.node) {
+		return // the node left (ForgetNode dropped its learner): do not bring it back
+	}
+	l := d.learned[t.node]
+	if l == nil {
+		l = new(ttftLearner)
+		d.learned[t.node] = l
+	}
+	y := now.Sub(t.decided).Seconds()
+	d.fleet.observe(t.work, t.seqs, y, TTFTFit{}, ttftPrior, ttftFleetMemory)
+	l.observe(t.work, t.seqs, y, d.fleet.fit, ttftNodePrior, ttftNodeMemory)
+}
+
+// LearnedTTFT is what this router has learned of node's time to first token: the node's own fit,
+// else the fleet's (the zero fit before any first token).
+func (d *Decider) LearnedTTFT(node string) TTFTFit {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := d.fleet.fit
+	if l := d.learned[node]; l != nil {
+		f = l.fit
+	}
+	f.FleetScale = d.fleet.fit.scale()
+	return f
 }
 
 // blockSizeOf is the node's block size, 16 (vLLM's default) when it did not report one.

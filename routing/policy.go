@@ -38,6 +38,9 @@ type NodeInfo struct {
 	// two. 0 when the caller does not track it.
 	InFlightPrefillTokens int
 	BlockSize             int
+	// TTFT is what the router has learned of the node's time to first token (ttft.go); the
+	// Decider fills it from its own requests' first tokens, overwriting what the caller set.
+	TTFT TTFTFit
 }
 
 // Request is what a policy knows about the request being routed.

@@ -38,6 +38,9 @@ var _ Policy = (*prefixMesh)(nil)
 
 func (p *prefixMesh) Name() string { return PolicyPrefixMesh }
 
+// Config is the policy's configuration.
+func (p *prefixMesh) Config() PolicyConfig { return p.cfg }
+
 func (p *prefixMesh) Choose(req *Request, nodes []NodeInfo, matchedTokens []int, now time.Time, d *Decision) error {
 	if err := checkInput(nodes, matchedTokens, d); err != nil {
 		return err
@@ -55,14 +58,18 @@ func (p *prefixMesh) Choose(req *Request, nodes []NodeInfo, matchedTokens []int,
 		finish(d, 0, matchedTokens, ReasonOnlyCandidate)
 		return nil
 	}
-	if req.SessionKey != 0 {
-		s := pickRendezvous(req.SessionKey, nodes, d.Candidates, func(c *Candidate) bool { return true })
-		if !math.IsInf(d.Candidates[s].Score, 1) {
+	best := minScore(requestKey(req), nodes, d.Candidates)
+	if req.SessionKey != 0 && best >= 0 {
+		// The session's node wins whenever it is among the cheapest: it takes the ties (no
+		// prefix anywhere yet, equal queues), and it keeps the session while its cached prefix
+		// makes it cheapest, but a session never waits behind a queue another node would spare
+		// it.
+		if s := pickRendezvous(req.SessionKey, nodes, d.Candidates, func(c *Candidate) bool { return true }); s == best ||
+			(!math.IsInf(d.Candidates[s].Score, 1) && sameScore(d.Candidates[s].Score, d.Candidates[best].Score)) {
 			finish(d, s, matchedTokens, ReasonSession)
 			return nil
 		}
 	}
-	best := minScore(requestKey(req), nodes, d.Candidates)
 	if best < 0 {
 		// Every node is over the bound, which only fractional (age-discounted) loads allow:
 		// fall back to the least loaded.
@@ -97,10 +104,7 @@ const SpreadMinConcurrency = 0.5
 // same on every router, and identical prompts still land together. Costs carry the miss penalty,
 // so a node without the request's prefix joins only when the burst's work outweighs the cache.
 func spread(req *Request, nodes []NodeInfo, matched []int, best int, cands []Candidate, cfg *PolicyConfig) int {
-	rate := nodes[best].PrefillTokensPerSec
-	if !(rate > 0) {
-		rate = cfg.DefaultPrefillTokensPerSec
-	}
+	rate := nominalRate(&nodes[best], cfg) / nodes[best].TTFT.scale()
 	need := float64(max(req.PromptTokens-matched[best], 0))
 	vol := req.Concurrency * need / rate // seconds of work the unseen decisions add
 	lo := cands[best].Score
@@ -149,22 +153,12 @@ func spreadKey(req *Request) uint64 {
 	return k ^ req.SessionKey
 }
 
-// expectedTTFT is the prefixmesh cost of sending req to n given matched tokens there, in seconds
-// (the expected TTFT when MissPenalty is 0).
+// expectedTTFT is the prefixmesh cost of sending req to n given matched tokens there, in seconds:
+// the node's predicted TTFT (PredictTTFT, by what the router learned of it) plus the miss
+// penalty's weight on the request's uncached tokens at the node's learned prefill rate.
 func expectedTTFT(req *Request, n *NodeInfo, matched int, cfg *PolicyConfig) float64 {
-	rate := n.PrefillTokensPerSec
-	if !(rate > 0) {
-		rate = cfg.DefaultPrefillTokensPerSec
-	}
-	// The report is LoadAge old; the node has been draining its queue at rate since.
-	queued := float64(n.QueuedPrefillTokens) - rate*n.LoadAge.Seconds()
-	queued = math.Max(queued, float64(n.InFlightPrefillTokens))
-	queued = math.Max(queued, 0)
-	need := float64(req.PromptTokens - matched)
-	if need < 0 {
-		need = 0
-	}
-	return (queued + (1+cfg.MissPenalty)*need) / rate
+	need := max(req.PromptTokens-matched, 0)
+	return PredictTTFT(n, need, cfg) + cfg.MissPenalty*fleetScale(n)*float64(need)/nominalRate(n, cfg)
 }
 
 // sameScore reports whether two finite costs are equal up to float rounding.
@@ -226,4 +220,12 @@ func pickRendezvous(key uint64, nodes []NodeInfo, cands []Candidate, ok func(c *
 		}
 	}
 	return best
+}
+
+// fleetScale is the fleet's learned prefill multiplier as n carries it (1 when not learned).
+func fleetScale(n *NodeInfo) float64 {
+	if n.TTFT.FleetScale > 0 {
+		return n.TTFT.FleetScale
+	}
+	return 1
 }

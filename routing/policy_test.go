@@ -301,17 +301,29 @@ func TestPrefixMeshSessionAffinity(t *testing.T) {
 	nodes := fleetInfo(8)
 	matched := make([]int, 8)
 	req := &Request{Hashes: chainOf(1, 4), PromptTokens: 64, SessionKey: 0xfeed, BlockSize: 16}
+	// At equal costs the session's rendezvous node wins, not the first block's.
+	home := pickRendezvous(req.SessionKey, nodes, make([]Candidate, 8), func(*Candidate) bool { return true })
+	if byBlock := pickRendezvous(req.Hashes[0], nodes, make([]Candidate, 8), func(*Candidate) bool { return true }); byBlock == home {
+		t.Fatal("test needs a session whose node is not the first block's")
+	}
 	d := choose(t, p, req, nodes, matched)
-	home := d.Node
-	if d.Reason != ReasonSession {
-		t.Fatalf("reason %q", d.Reason)
+	if d.Node != home || d.Reason != ReasonSession {
+		t.Fatalf("chose %d (%q), want the session's node %d", d.Node, d.Reason, home)
 	}
-	// Even if another node has a better match, the session stays home while within the bound.
-	matched[(home+1)%8] = 64
-	if d = choose(t, p, req, nodes, matched); d.Node != home {
-		t.Fatalf("left home %d for %d", home, d.Node)
+	// With the session's prefix at home it stays, for the cost's own reason.
+	matched[home] = 48
+	if d = choose(t, p, req, nodes, matched); d.Node != home || d.Reason != ReasonSession {
+		t.Fatalf("left a home holding the prefix: %+v", d)
 	}
-	// Over the bound, it is routed by cost instead.
+	// A session never waits behind a queue another node would spare it: home with 20k prefill
+	// tokens queued (2 s at the default rate) loses to an idle node, whose miss costs 11 × 64
+	// tokens (70 ms).
+	nodes[home].QueuedPrefillTokens = 20000
+	if d = choose(t, p, req, nodes, matched); d.Node == home || d.Reason != ReasonMinTTFT {
+		t.Fatalf("stayed home behind a queue: %+v", d)
+	}
+	// Over the bound, likewise.
+	nodes[home].QueuedPrefillTokens = 0
 	nodes[home].InFlight = 8
 	if d = choose(t, p, req, nodes, matched); d.Node == home || d.Reason != ReasonMinTTFT {
 		t.Fatalf("stayed home over the bound: %+v", d)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,38 +47,42 @@ type simFlags struct {
 	loadFactor, missPenalty                   float64
 	seed                                      uint64
 	noStagger, noSpread                       bool
+	nodeSpeeds                                string
+	noLearn                                   bool
 	delay, repairDelay, arrivalQuantum        time.Duration
 }
 
 // simConfigJSON is the "config" object of --json: every input that shapes the numbers.
 type simConfigJSON struct {
-	Trace               string   `json:"trace"`
-	Requests            int      `json:"requests"`
-	Nodes               int      `json:"nodes"`
-	KVBlocks            int      `json:"kv_blocks"`
-	BlockSize           int      `json:"block_size"`
-	PrefillTokensPerSec float64  `json:"prefill_tokens_per_s"`
-	DecodeTokensPerSec  float64  `json:"decode_tokens_per_s"`
-	MaxConcurrent       int      `json:"max_concurrent"`
-	DelayS              float64  `json:"delay_s"`
-	Loss                float64  `json:"loss"`
-	RepairDelayS        float64  `json:"repair_delay_s"`
-	Speed               float64  `json:"speed"`
-	Limit               int      `json:"limit"`
-	Seed                uint64   `json:"seed"`
-	LoadFactor          float64  `json:"load_factor"`
-	MinLoadBound        int      `json:"min_load_bound"`
-	MissPenalty         float64  `json:"miss_penalty"`
-	Policies            []string `json:"policies"`
-	Routers             []int    `json:"routers"`
-	Sharing             []bool   `json:"sharing"`
-	LoadIntervalS       float64  `json:"load_interval_s"`
-	ShareDelayS         float64  `json:"share_delay_s"`
-	ShareLoss           float64  `json:"share_loss"`
-	ShareIntervalS      float64  `json:"share_interval_s"`
-	ArrivalQuantumS     float64  `json:"arrival_quantum_s"`
-	BurstStagger        bool     `json:"burst_stagger"`
-	BurstSpread         bool     `json:"burst_spread"`
+	Trace               string    `json:"trace"`
+	Requests            int       `json:"requests"`
+	Nodes               int       `json:"nodes"`
+	KVBlocks            int       `json:"kv_blocks"`
+	BlockSize           int       `json:"block_size"`
+	PrefillTokensPerSec float64   `json:"prefill_tokens_per_s"`
+	DecodeTokensPerSec  float64   `json:"decode_tokens_per_s"`
+	MaxConcurrent       int       `json:"max_concurrent"`
+	DelayS              float64   `json:"delay_s"`
+	Loss                float64   `json:"loss"`
+	RepairDelayS        float64   `json:"repair_delay_s"`
+	Speed               float64   `json:"speed"`
+	Limit               int       `json:"limit"`
+	Seed                uint64    `json:"seed"`
+	LoadFactor          float64   `json:"load_factor"`
+	MinLoadBound        int       `json:"min_load_bound"`
+	MissPenalty         float64   `json:"miss_penalty"`
+	NodeSpeeds          []float64 `json:"node_speeds,omitempty"`
+	NoTTFTLearning      bool      `json:"no_ttft_learning,omitempty"`
+	Policies            []string  `json:"policies"`
+	Routers             []int     `json:"routers"`
+	Sharing             []bool    `json:"sharing"`
+	LoadIntervalS       float64   `json:"load_interval_s"`
+	ShareDelayS         float64   `json:"share_delay_s"`
+	ShareLoss           float64   `json:"share_loss"`
+	ShareIntervalS      float64   `json:"share_interval_s"`
+	ArrivalQuantumS     float64   `json:"arrival_quantum_s"`
+	BurstStagger        bool      `json:"burst_stagger"`
+	BurstSpread         bool      `json:"burst_spread"`
 }
 
 // simReport is the --json document; the unexported fields feed the table.
@@ -116,6 +121,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 = arrivals twice as fast)")
 	fs.Float64Var(&f.loss, "loss", 0, "probability that a summary delta is lost (repaired by a snapshot)")
 	fs.Float64Var(&f.prefill, "prefill-tokens-per-s", def.PrefillTokensPerSec, "uncached prefill rate of a node")
+	fs.BoolVar(&f.noLearn, "no-ttft-learning", false, "routers do not learn each node's time to first token from what they observe (measures the learning)")
+	fs.StringVar(&f.nodeSpeeds, "node-speeds", "", "comma-separated speed factors applied to the nodes in turn (e.g. 1,1,1,0.5: every fourth node at half speed); routers are not told and learn them from first tokens")
 	fs.Float64Var(&f.decode, "decode-tokens-per-s", def.DecodeTokensPerSec, "decode rate of one sequence")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the loss process and of Azure's synthetic prefixes")
 	fs.Float64Var(&f.loadFactor, "load-factor", def.Policy.LoadFactor, "c of the bounded-load guard (policies prefixmesh, chwbl)")
@@ -168,7 +175,16 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.Delay, cfg.RepairDelay, cfg.Loss, cfg.Seed = f.delay, f.repairDelay, f.loss, f.seed
 	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
 	cfg.ShareDelay, cfg.ShareLoss, cfg.ShareInterval, cfg.LoadInterval = f.shareDelay, f.shareLoss, f.shareInterval, f.loadInterval
-	cfg.NoAdmissionDelay, cfg.NoSpread = f.noStagger, f.noSpread
+	cfg.NoAdmissionDelay, cfg.NoSpread, cfg.NoTTFTLearning = f.noStagger, f.noSpread, f.noLearn
+	if f.nodeSpeeds != "" {
+		for _, p := range strings.Split(f.nodeSpeeds, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+			if err != nil {
+				return nil, fmt.Errorf("--node-speeds: bad factor %q", p)
+			}
+			cfg.NodeSpeeds = append(cfg.NodeSpeeds, v)
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -235,7 +251,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		BlockSize: cfg.BlockSize, PrefillTokensPerSec: cfg.PrefillTokensPerSec, DecodeTokensPerSec: cfg.DecodeTokensPerSec,
 		MaxConcurrent: cfg.MaxConcurrent, DelayS: cfg.Delay.Seconds(), Loss: cfg.Loss, RepairDelayS: cfg.RepairDelay.Seconds(),
 		Speed: f.speed, Limit: f.limit, Seed: f.seed, LoadFactor: cfg.Policy.LoadFactor, MinLoadBound: cfg.Policy.MinLoadBound,
-		MissPenalty: cfg.Policy.MissPenalty, Policies: policies, Routers: routerCounts, Sharing: sharings,
+		MissPenalty: cfg.Policy.MissPenalty, NodeSpeeds: cfg.NodeSpeeds, NoTTFTLearning: cfg.NoTTFTLearning, Policies: policies, Routers: routerCounts, Sharing: sharings,
 		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
 		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds(),
 		BurstStagger: !f.noStagger, BurstSpread: !f.noSpread}
@@ -417,6 +433,9 @@ func writeTable(w io.Writer, rep *simReport) {
 	quantum := ""
 	if rep.Config.ArrivalQuantumS > 0 {
 		quantum = fmt.Sprintf("; arrivals rounded down to %v", time.Duration(rep.Config.ArrivalQuantumS*float64(time.Second)))
+	}
+	if len(c.NodeSpeeds) > 0 {
+		quantum += fmt.Sprintf("; node speeds %v in turn", c.NodeSpeeds)
 	}
 	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g%s\n\n",
 		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss, quantum)

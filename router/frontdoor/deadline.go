@@ -3,7 +3,6 @@ package frontdoor
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/routing"
@@ -15,26 +14,17 @@ import (
 // few expected TTFTs (and never before Config.FirstByteFloor).
 const firstByteSlack = 4
 
-// defaultPrefillRate is the prefill rate assumed for a node that reports none: the routing
-// policy's default, so the deadline and the routing decision assume the same speed.
-var defaultPrefillRate = routing.DefaultPolicyConfig().DefaultPrefillTokensPerSec
+// deadlinePolicy is the policy configuration the first-byte deadline predicts with: the routing
+// policy's defaults, so the deadline and the routing decision assume the same nominal speed.
+var deadlinePolicy = routing.DefaultPolicyConfig()
 
 // ExpectedTTFT is how long node n should take to its first token for a request with prefill
-// uncached prompt tokens: its queued prefill (the larger of its aged report and this router's own
-// in-flight prefill there) plus the request's, at its prefill rate (the prefixmesh policy's cost, routing/POLICIES.md, without
-// the miss penalty). PolicyPicker sets Pick.ExpectedTTFT with it.
+// uncached prompt tokens: routing.PredictTTFT, by what the router has learned of the node (its
+// queued prefill ahead, the request's own, its learned rate, overhead and decode load), the
+// prefixmesh policy's cost without the miss penalty (routing/POLICIES.md). PolicyPicker sets
+// Pick.ExpectedTTFT with it.
 func ExpectedTTFT(n *routing.NodeInfo, prefill int) time.Duration {
-	rate := n.PrefillTokensPerSec
-	if !(rate > 0) {
-		rate = defaultPrefillRate
-	}
-	queued := float64(n.QueuedPrefillTokens) - rate*n.LoadAge.Seconds()
-	queued = math.Max(math.Max(queued, float64(n.InFlightPrefillTokens)), 0)
-	sec := (queued + float64(max(prefill, 0))) / rate
-	if sec > float64(time.Hour/time.Second) {
-		return time.Hour
-	}
-	return time.Duration(sec * float64(time.Second))
+	return routing.PredictTTFTDuration(n, prefill, &deadlinePolicy)
 }
 
 // firstByteTimeout is the wait for a streaming attempt's response headers on the picked node.

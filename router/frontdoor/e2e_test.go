@@ -113,11 +113,19 @@ func TestEndToEndSequential(t *testing.T) {
 	client := &http.Client{}
 	total, exact, hits, killedAt := 0, 0, 0, -1
 	perNode := map[string]int{}
+	last, killed := "", "" // the node that served the last request; the one killed
 	sessionNode := map[int]string{}
 	for turn := range turns {
 		if turn == turns/2 {
-			f.killNode(1) // the view still lists it: the front door must find out and retry
-			killedAt = total
+			// Kill the node that served last, which the conversations' shared system prompts
+			// draw the next requests to: the view still lists it, so the front door must find
+			// out and retry.
+			var i int
+			if _, err := fmt.Sscanf(last, "node-%d", &i); err != nil {
+				t.Fatalf("last node %q: %v", last, err)
+			}
+			f.killNode(i)
+			killed, killedAt = last, total
 		}
 		for _, c := range convs {
 			stream := (turn+c.id)%2 == 0
@@ -142,7 +150,8 @@ func TestEndToEndSequential(t *testing.T) {
 			if got.cached > 0 {
 				hits++
 			}
-			if got.header.Get(HeaderNode) == "node-1" && total > killedAt && killedAt >= 0 {
+			last = got.header.Get(HeaderNode)
+			if last == killed && total > killedAt && killedAt >= 0 {
 				t.Fatalf("%s: served by the killed node", what)
 			}
 			perNode[got.header.Get(HeaderNode)]++

@@ -74,13 +74,17 @@ func newNode(i int, cfg *Config) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %d: %w", i, err)
 	}
+	speed := 1.0
+	if len(cfg.NodeSpeeds) > 0 {
+		speed = cfg.NodeSpeeds[i%len(cfg.NodeSpeeds)]
+	}
 	return &node{
 		idx:        i,
 		id:         "node-" + strconv.Itoa(i),
 		epoch:      uint64(i) + 1,
 		tree:       tree,
 		pool:       pool,
-		costs:      kvpool.Costs{PrefillTokensPerSec: cfg.PrefillTokensPerSec, DecodeTokensPerSec: cfg.DecodeTokensPerSec},
+		costs:      kvpool.Costs{PrefillTokensPerSec: cfg.PrefillTokensPerSec * speed, DecodeTokensPerSec: cfg.DecodeTokensPerSec * speed},
 		max:        cfg.MaxConcurrent,
 		prefilling: -1,
 		seqs:       make(map[int]running),

@@ -43,7 +43,7 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 			s.shareDecision(rt, node, hashes, indexed)
 		}
 	}
-	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks, NoSpread: s.cfg.NoSpread})
+	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks, NoSpread: s.cfg.NoSpread, NoTTFTLearning: s.cfg.NoTTFTLearning})
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (rt *router) route(s *Sim, req *Request) (int, *routing.Choice, error) {
 	for i, n := range s.nodes {
 		v := &rt.views[i]
 		rt.infos = append(rt.infos, routing.NodeInfo{
-			ID: n.id, Alive: true, PrefillTokensPerSec: s.cfg.PrefillTokensPerSec,
+			ID: n.id, Alive: true,
 			QueuedPrefillTokens: v.rep.queued, Running: v.rep.running, Waiting: v.rep.waiting,
 			FreeBlocks: v.rep.freeBlocks, CapacityBlocks: v.rep.capacityBlock,
 			LoadAge: s.q.now - v.rep.at, BlockSize: s.cfg.BlockSize,

@@ -3,7 +3,9 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/local"
@@ -22,6 +24,10 @@ type Config struct {
 	// PrefillTokensPerSec is the uncached prefill rate of a node; 10,000 tokens/s is the order
 	// of a 7–13B model on one H100-class GPU.
 	PrefillTokensPerSec float64
+	// NodeSpeeds, when set, scales node i's prefill and decode rates by NodeSpeeds[i mod
+	// len]: a fleet of mixed GPUs, or nodes slowed by a noisy neighbour. The routers are not
+	// told; they learn each node's speed from its first tokens (routing.TTFTFit).
+	NodeSpeeds []float64
 	// DecodeTokensPerSec is one sequence's decode rate; 50 tokens/s is a typical interactive
 	// per-stream speed at moderate batch sizes.
 	DecodeTokensPerSec float64
@@ -73,6 +79,9 @@ type Config struct {
 	// NoAdmissionDelay turns off the routers' stagger of bursts (routing.Decider.AdmissionDelay),
 	// to measure what it does; off, a router decides the instant a request arrives.
 	NoAdmissionDelay bool
+	// NoTTFTLearning keeps the routers from learning each node's TTFT from its first tokens
+	// (routing.DeciderConfig.NoTTFTLearning).
+	NoTTFTLearning bool
 	// NoSpread keeps the routers' learned concurrency from the policy
 	// (routing.DeciderConfig.NoSpread).
 	NoSpread bool
@@ -125,6 +134,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: block size %d, blocks %d must be positive", ErrConfig, c.BlockSize, c.BlocksPerNode)
 	case !(c.PrefillTokensPerSec > 0) || !(c.DecodeTokensPerSec > 0):
 		return fmt.Errorf("%w: rates must be positive", ErrConfig)
+	case slices.ContainsFunc(c.NodeSpeeds, func(v float64) bool { return !(v > 0) || math.IsInf(v, 1) }):
+		return fmt.Errorf("%w: node speeds %v must be positive", ErrConfig, c.NodeSpeeds)
 	case c.MaxConcurrent <= 0:
 		return fmt.Errorf("%w: max concurrent %d must be positive", ErrConfig, c.MaxConcurrent)
 	case c.Delay < 0 || c.RepairDelay < 0 || c.OverlayTTL < 0:
