@@ -679,6 +679,27 @@ func (d *Decider) LearnedTTFT(node string) TTFTFit {
 	return f
 }
 
+// NodeTTFT is one node's learned fit (AppendLearnedTTFT).
+type NodeTTFT struct {
+	Node string
+	Fit  TTFTFit
+}
+
+// AppendLearnedTTFT appends every node fit this router holds, in no particular order, and
+// returns the fleet fit.
+func (d *Decider) AppendLearnedTTFT(dst []NodeTTFT) ([]NodeTTFT, TTFTFit) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fleet := d.fleet.fit
+	fleet.FleetScale = fleet.scale()
+	for id, l := range d.learned {
+		f := l.fit
+		f.FleetScale = fleet.FleetScale
+		dst = append(dst, NodeTTFT{Node: id, Fit: f})
+	}
+	return dst, fleet
+}
+
 // blockSizeOf is the node's block size, 16 (vLLM's default) when it did not report one.
 func blockSizeOf(n *NodeInfo) int {
 	if n.BlockSize > 0 {

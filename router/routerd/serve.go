@@ -252,6 +252,9 @@ func (d *routerd) buildDecisionPath() error {
 	if d.decider, err = routing.NewDecider(d.idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{}); err != nil {
 		return err
 	}
+	if err = d.reg.Register(router.NewTTFTCollector(d.decider)); err != nil {
+		return err
+	}
 	if d.sharer, err = share.New(share.DefaultConfig(d.cfg.NodeID), d.decider, d.agent, d.reg); err != nil {
 		return err
 	}
