@@ -122,10 +122,12 @@ type DeciderConfig struct {
 	// NoTTFTLearning keeps every node at the prior fit (TTFTFit's zero value: the nominal
 	// prefill rate, no overhead, no decode term), to measure what learning does.
 	NoTTFTLearning bool
-	// NoSpread keeps the learned concurrency from the policy (Request.Concurrency stays 0), to
-	// measure what spreading bursts does.
-	NoSpread bool
-	Hooks    DeciderHooks
+	// Spread passes the learned concurrency to the policy (Request.Concurrency), so prefixmesh
+	// spreads a request over the nodes a burst would fill. Off by default: with TTFTs learned
+	// per node and sessions that only win ties, the stagger alone held Mooncake's bursts as well
+	// (routing/POLICIES.md, "Bursts"), and the spread cost locality on the other traces.
+	Spread bool
+	Hooks  DeciderHooks
 }
 
 // NewDecider returns a decider over the summary index, the overlay (nil disables it) and a
@@ -148,7 +150,7 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 	if p, ok := policy.(interface{ Config() PolicyConfig }); ok {
 		d.pcfg = p.Config()
 	}
-	d.spread = !cfg.NoSpread
+	d.spread = cfg.Spread
 	d.noLearn = cfg.NoTTFTLearning
 	d.slot = cfg.AdmissionSlot
 	if d.slot == 0 {

@@ -46,7 +46,7 @@ type simFlags struct {
 	speed, loss, prefill, decode, sessions    float64
 	loadFactor, missPenalty                   float64
 	seed                                      uint64
-	noStagger, noSpread                       bool
+	noStagger, spread                         bool
 	nodeSpeeds                                string
 	noLearn                                   bool
 	delay, repairDelay, arrivalQuantum        time.Duration
@@ -117,7 +117,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&f.sessions, "azure-session-share", rdef.SessionShare, "Azure: share of requests continuing a recent conversation")
 	fs.DurationVar(&f.arrivalQuantum, "arrival-quantum", 0, "round every arrival down to a multiple of this (after --speed), replaying bursts of simultaneous requests from any trace; 0: as recorded")
 	fs.BoolVar(&f.noStagger, "no-burst-stagger", false, "routers decide the instant a request arrives, even when they have learned that their peers decide in the same instants (measures the stagger)")
-	fs.BoolVar(&f.noSpread, "no-burst-spread", false, "prefixmesh chooses the cheapest node even when the routers have learned that decisions arrive together (measures the spread)")
+	fs.BoolVar(&f.spread, "burst-spread", false, "prefixmesh spreads a request over the nodes a burst would fill when the routers have learned that decisions arrive together (off by default; measures the spread)")
 	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 = arrivals twice as fast)")
 	fs.Float64Var(&f.loss, "loss", 0, "probability that a summary delta is lost (repaired by a snapshot)")
 	fs.Float64Var(&f.prefill, "prefill-tokens-per-s", def.PrefillTokensPerSec, "uncached prefill rate of a node")
@@ -175,7 +175,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.Delay, cfg.RepairDelay, cfg.Loss, cfg.Seed = f.delay, f.repairDelay, f.loss, f.seed
 	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
 	cfg.ShareDelay, cfg.ShareLoss, cfg.ShareInterval, cfg.LoadInterval = f.shareDelay, f.shareLoss, f.shareInterval, f.loadInterval
-	cfg.NoAdmissionDelay, cfg.NoSpread, cfg.NoTTFTLearning = f.noStagger, f.noSpread, f.noLearn
+	cfg.NoAdmissionDelay, cfg.Spread, cfg.NoTTFTLearning = f.noStagger, f.spread, f.noLearn
 	if f.nodeSpeeds != "" {
 		for _, p := range strings.Split(f.nodeSpeeds, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
@@ -254,7 +254,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		MissPenalty: cfg.Policy.MissPenalty, NodeSpeeds: cfg.NodeSpeeds, NoTTFTLearning: cfg.NoTTFTLearning, Policies: policies, Routers: routerCounts, Sharing: sharings,
 		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
 		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds(),
-		BurstStagger: !f.noStagger, BurstSpread: !f.noSpread}
+		BurstStagger: !f.noStagger, BurstSpread: f.spread}
 
 	// One job per run plus the references; each is independent and deterministic, so the
 	// results do not depend on how many run at once.

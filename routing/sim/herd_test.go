@@ -36,11 +36,11 @@ func burstTrace(bursts, perBurst, dup, tokens int, gap time.Duration) *Trace {
 // Eight routers sharing, hit by bursts of simultaneous requests, route each burst as one router
 // would: spread over the nodes within the bounded-load guard, not herded onto the node their
 // shared view says is cheapest. After a few bursts each router has learned that its peers decide
-// in the same instants (routing/concurrency.go) and staggers and spreads its decisions, so the
+// in the same instants (routing/concurrency.go) and staggers its decisions, so the
 // measured burst puts at most the guard's bound on any node; the same prompt sent to two routers
 // in one burst lands on one node (each router's choice is consistent with the other's shared
-// decision). With the stagger and the spread off (the herd), the first decision of every router
-// in an instant goes to the same node.
+// decision). With the stagger off (the herd), the first decision of every router in an instant
+// goes to the same node. (The spread, off by default, is not needed for the bound.)
 func TestEightRoutersDoNotHerd(t *testing.T) {
 	const bursts, perBurst, dup, nodes, routers = 8, 16, 4, 8, 8
 	tr := burstTrace(bursts, perBurst, dup, 8192, time.Second)
@@ -65,7 +65,7 @@ func TestEightRoutersDoNotHerd(t *testing.T) {
 	}
 	_, s := run(t, tr, routing.PolicyPrefixMesh, cfg)
 	c2 := cfg
-	c2.NoAdmissionDelay, c2.NoSpread = true, true
+	c2.NoAdmissionDelay = true
 	_, herdS := run(t, tr, routing.PolicyPrefixMesh, c2)
 	c1 := cfg
 	c1.Routers = 1
@@ -77,8 +77,8 @@ func TestEightRoutersDoNotHerd(t *testing.T) {
 		t.Logf("burst %d: most on a node: one router %d, eight %d, eight herding %d", b, o, a, h)
 	}
 	// One router places each burst's 16 distinct prompts two per node; herding routers put up
-	// to all 16 on one node. Staggered and spread, independent choices still collide a little
-	// (3 to 5 measured): the bound is 5.
+	// to all 16 on one node. Staggered, independent choices still collide a little (3 to 5
+	// measured): the bound is 5.
 	const bound = 5
 	herdMost := 0
 	for b := bursts - 4; b < bursts; b++ {
@@ -90,7 +90,7 @@ func TestEightRoutersDoNotHerd(t *testing.T) {
 		herdMost = max(herdMost, h)
 	}
 	if herdMost <= bound {
-		t.Fatalf("without the stagger and the spread the bursts put at most %d on a node: the test cannot see a herd", herdMost)
+		t.Fatalf("without the stagger the bursts put at most %d on a node: the test cannot see a herd", herdMost)
 	}
 	if c := s.routers[0].dec.Concurrency(epoch0.Add(s.q.now)); c <= 0 {
 		t.Fatalf("router 0 expects %.2f concurrent decisions after the bursts", c)

@@ -82,9 +82,9 @@ type Config struct {
 	// NoTTFTLearning keeps the routers from learning each node's TTFT from its first tokens
 	// (routing.DeciderConfig.NoTTFTLearning).
 	NoTTFTLearning bool
-	// NoSpread keeps the routers' learned concurrency from the policy
-	// (routing.DeciderConfig.NoSpread).
-	NoSpread bool
+	// Spread lets prefixmesh spread requests over the nodes a burst would fill
+	// (routing.DeciderConfig.Spread; off by default).
+	Spread bool
 
 	// Seed drives the loss processes (the only randomness in a run).
 	Seed uint64
