@@ -342,16 +342,22 @@ func (st *stream) end(err error) {
 		class = "2xx"
 	}
 	met.outcomes.WithLabelValues(class).Inc()
-	if class == "2xx" {
+	// The estimate of the node that served: after a fallback, the served node's at the decision
+	// when it was an alternate; none for a request routed by load.
+	estimate, known := pk.Estimate()
+	if o.Status >= 200 && o.Status < 300 { // 2xx, on the node that served
 		if o.TTFT > 0 {
 			met.ttft.Observe(o.TTFT.Seconds())
 		}
-		if pk.PromptTokens >= 0 { // routed by load: no estimate to compare
-			met.accuracy.Observe(pk.EstimatedMatchedTokens, o.CachedTokens)
+		if known {
+			met.accuracy.Observe(estimate, o.CachedTokens)
 		}
 	}
+	if !known {
+		estimate = -1
+	}
 	st.s.log.Debug("request", "path", st.path, "node", pk.NodeID, "dest", st.dest, "policy", pk.Policy, "reason", pk.Reason,
-		"prompt_tokens", pk.PromptTokens, "estimate", pk.EstimatedMatchedTokens, "cached_tokens", o.CachedTokens,
+		"prompt_tokens", pk.PromptTokens, "estimate", estimate, "cached_tokens", o.CachedTokens,
 		"status", o.Status, "outcome", class, "ttft", o.TTFT, "latency", time.Since(st.pickedAt), "err", o.Err)
 }
 
