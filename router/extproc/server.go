@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -98,9 +99,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 }
 
 // GRPCOptions are the server options the endpoint picker needs: a BUFFERED body comes as one
-// message, larger than gRPC's default 4 MiB limit.
+// message, larger than gRPC's default 4 MiB limit; messages are encoded, decoded and read into
+// buffers that are not cleared before use (codec.go).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgBytes())}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgBytes()),
+		grpc.ForceServerCodecV2(wireCodec{}),
+		experimental.BufferPool(dirtyPool),
+	}
 }
 
 // Register adds the ext_proc service and grpc.health.v1 to g.
