@@ -193,19 +193,31 @@ func (p *promptParser) batch(out *Prompt) error {
 // ids parses token ids after an array's '[' (at least one, whitespace skipped) through its ']'.
 func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 	for i := 0; ; i++ {
-		// Fastest path, the common case: up to 7 plain digits directly followed by ',' or ']',
-		// read 8 bytes at a time (swarDigits).
-		if b, j := p.b, p.pos; j+8 <= len(b) && b[j] >= '1' && b[j] <= '9' {
-			if v, n := swarDigits(binary.LittleEndian.Uint64(b[j:])); n < 8 && (b[j+n] == ',' || b[j+n] == ']') {
-				p.steps += n + 1
-				ids = append(ids, v)
-				p.pos = j + n + 1
-				if b[j+n] == ']' {
-					return ids, nil
-				}
-				continue
+		// Fastest path, the common case: ids of up to 7 plain digits, each directly followed by
+		// ',' or ']', read 8 bytes at a time (swarDigits), the parser's position in locals until
+		// the run ends, the separator read from the same word.
+		b, start, j, base := p.b, p.pos, p.pos, len(ids)-i
+		for j+8 <= len(b) {
+			w := binary.LittleEndian.Uint64(b[j:])
+			if c := byte(w); c < '1' || c > '9' {
+				break
+			}
+			v, n := swarDigits(w)
+			if n == 8 {
+				break
+			}
+			sep := byte(w >> (8 * uint(n)))
+			if sep != ',' && sep != ']' {
+				break
+			}
+			ids = append(ids, v)
+			j += n + 1
+			if sep == ']' {
+				p.pos, p.steps = j, p.steps+j-start // a step per byte, as below
+				return ids, nil
 			}
 		}
+		p.pos, p.steps, i = j, p.steps+j-start, len(ids)-base
 		// Fast path: plain digits directly followed by ',' or ']'.
 		if b, j := p.b, p.pos; j < len(b) && b[j] >= '1' && b[j] <= '9' {
 			var v uint64
