@@ -194,8 +194,8 @@ func (p *promptParser) batch(out *Prompt) error {
 func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 	for i := 0; ; i++ {
 		// Fastest path, the common case: ids of up to 7 plain digits, each directly followed by
-		// ',' or ']', read 8 bytes at a time (swarDigits), the parser's position in locals until
-		// the run ends, the separator read from the same word.
+		// ',' (or Python's ", ") or ']', read 8 bytes at a time (swarDigits), the parser's
+		// position in locals until the run ends, the separator read from the same word.
 		b, start, j, base := p.b, p.pos, p.pos, len(ids)-i
 		for j+8 <= len(b) {
 			w := binary.LittleEndian.Uint64(b[j:])
@@ -212,6 +212,9 @@ func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 			}
 			ids = append(ids, v)
 			j += n + 1
+			if sep == ',' && j < len(b) && b[j] == ' ' {
+				j++
+			}
 			if sep == ']' {
 				p.pos, p.steps = j, p.steps+j-start // a step per byte, as below
 				return ids, nil
