@@ -200,6 +200,10 @@ func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 		for j+8 <= len(b) {
 			w := binary.LittleEndian.Uint64(b[j:])
 			if c := byte(w); c < '1' || c > '9' {
+				if c == ' ' && j > 0 && b[j-1] == ',' { // Python's ", "
+					j++
+					continue
+				}
 				break
 			}
 			v, n := swarDigits(w)
@@ -212,9 +216,6 @@ func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 			}
 			ids = append(ids, v)
 			j += n + 1
-			if sep == ',' && j < len(b) && b[j] == ' ' {
-				j++
-			}
 			if sep == ']' {
 				p.pos, p.steps = j, p.steps+j-start // a step per byte, as below
 				return ids, nil
