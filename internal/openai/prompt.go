@@ -269,10 +269,9 @@ func plainIDs(b []byte, j int, ids []uint32) ([]uint32, int, bool) {
 			}
 			break
 		}
-		n := digitRun(w) // at least 1: the first byte is a digit
-		if n == 8 {
-			break
-		}
+		// The run's length, at least 1 (the first byte is a digit) and at most 7: a run of 8
+		// counts as 7 followed by byte 7, a digit, which is no separator.
+		n := digitRun7(w)
 		sep := byte(w >> (8 * uint(n)))
 		if sep != ',' && sep != ']' {
 			break
@@ -315,6 +314,14 @@ func digitRun(w uint64) int {
 	// non-digit byte can only spoil later bytes, past the first non-digit, which is all we read.
 	nonDigit := (t & 0xF0F0F0F0F0F0F0F0) | ((t + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0)
 	return bits.TrailingZeros64(nonDigit) >> 3
+}
+
+// digitRun7 is digitRun capped at 7 (7 when all eight bytes are digits), without the branch on
+// an all-digit word.
+func digitRun7(w uint64) int {
+	t := w ^ 0x3030303030303030
+	nonDigit := (t & 0xF0F0F0F0F0F0F0F0) | ((t + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0)
+	return bits.TrailingZeros64(nonDigit|1<<63) >> 3
 }
 
 // swarValue is the value of the n (1..7) digits at the start of w.
