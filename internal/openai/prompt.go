@@ -2,7 +2,6 @@ package openai
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"math"
 	"math/bits"
@@ -193,18 +192,16 @@ func (p *promptParser) batch(out *Prompt) error {
 // ids parses token ids after an array's '[' (at least one, whitespace skipped) through its ']'.
 func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 	for i := 0; ; i++ {
-		// Fastest path, the common case: up to 7 plain digits directly followed by ',' or ']',
-		// read 8 bytes at a time (swarDigits).
-		if b, j := p.b, p.pos; j+8 <= len(b) && b[j] >= '1' && b[j] <= '9' {
-			if v, n := swarDigits(binary.LittleEndian.Uint64(b[j:])); n < 8 && (b[j+n] == ',' || b[j+n] == ']') {
-				p.steps += n + 1
-				ids = append(ids, v)
-				p.pos = j + n + 1
-				if b[j+n] == ']' {
-					return ids, nil
-				}
-				continue
-			}
+		// Fastest path, the common case: ids of up to 7 plain digits, each directly followed by
+		// ',' (or Python's ", ") or ']', read 8 bytes at a time (swarDigits), the parser's
+		// position in locals until the run ends, the separator read from the same word.
+		start, base := p.pos, len(ids)-i
+		var j int
+		var end bool
+		ids, j, end = plainIDs(p.b, p.pos, ids)
+		p.pos, p.steps, i = j, p.steps+j-start, len(ids)-base // a step per byte, as below
+		if end {
+			return ids, nil
 		}
 		// Fast path: plain digits directly followed by ',' or ']'.
 		if b, j := p.b, p.pos; j < len(b) && b[j] >= '1' && b[j] <= '9' {
@@ -258,6 +255,44 @@ func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 	}
 }
 
+// plainIDs appends the ids at b[j:] while they are plain (up to 7 digits, not led by 0, each
+// directly followed by ',' or ']', or by Python's ", "), read 8 bytes at a time (swarDigits' steps) with
+// the separator taken from the same word, and returns where it stopped and whether that is after
+// the array's ']'. A function of its own, so that its few variables stay in registers.
+func plainIDs(b []byte, j int, ids []uint32) ([]uint32, int, bool) {
+	for j >= 0 && j+8 <= len(b) {
+		w := load64(b, j)
+		if c := byte(w); c < '1' || c > '9' {
+			if c == ' ' && j > 0 && b[j-1] == ',' { // Python's ", "
+				j++
+				continue
+			}
+			break
+		}
+		// The run's length, at least 1 (the first byte is a digit) and at most 7: a run of 8
+		// counts as 7 followed by byte 7, a digit, which is no separator.
+		n := digitRun7(w)
+		sep := byte(w >> (8 * uint(n)))
+		if sep != ',' && sep != ']' {
+			break
+		}
+		ids = append(ids, swarValue(w, n))
+		j += n + 1
+		if sep == ']' {
+			return ids, j, true
+		}
+	}
+	return ids, j, false
+}
+
+// load64 is the 8 bytes at b[j:], little-endian: one load, without the slice that
+// binary.LittleEndian.Uint64(b[j:]) builds (and masks) per call.
+func load64(b []byte, j int) uint64 {
+	b = b[j : j+8 : j+8]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
 // swarDigits reads the run of ASCII digits at the start of w (8 bytes of the input, the first in
 // the lowest byte) with a few word operations instead of a multiply per digit: n is the run's
 // length (8 when all eight bytes are digits, and then v is not computed) and v its value. The
@@ -265,18 +300,36 @@ func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 // parse_eight_digits_unrolled (Lemire and Langdale, "Parsing Gigabytes of JSON per Second",
 // VLDB Journal 2019).
 func swarDigits(w uint64) (v uint32, n int) {
+	n = digitRun(w)
+	if n == 0 || n == 8 {
+		return 0, n
+	}
+	return swarValue(w, n), n
+}
+
+// digitRun is the length of the run of ASCII digits at the start of w (8 when all are).
+func digitRun(w uint64) int {
 	t := w ^ 0x3030303030303030 // a digit byte becomes its value 0..9
 	// A byte is not a digit when its high nibble is set or it is 10..15; a carry out of a
 	// non-digit byte can only spoil later bytes, past the first non-digit, which is all we read.
 	nonDigit := (t & 0xF0F0F0F0F0F0F0F0) | ((t + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0)
-	n = bits.TrailingZeros64(nonDigit) >> 3
-	if n == 0 || n == 8 {
-		return 0, n
-	}
-	t <<= 64 - 8*uint(n) // the digits in the top n bytes, zeros (leading zeros) below
-	t = t*10 + t>>8      // pairs of digits
+	return bits.TrailingZeros64(nonDigit) >> 3
+}
+
+// digitRun7 is digitRun capped at 7 (7 when all eight bytes are digits), without the branch on
+// an all-digit word.
+func digitRun7(w uint64) int {
+	t := w ^ 0x3030303030303030
+	nonDigit := (t & 0xF0F0F0F0F0F0F0F0) | ((t + 0x0606060606060606) & 0xF0F0F0F0F0F0F0F0)
+	return bits.TrailingZeros64(nonDigit|1<<63) >> 3
+}
+
+// swarValue is the value of the n (1..7) digits at the start of w.
+func swarValue(w uint64, n int) uint32 {
+	t := (w ^ 0x3030303030303030) << (64 - 8*uint(n)) // the digits in the top n bytes, zeros (leading zeros) below
+	t = t*10 + t>>8                                   // pairs of digits
 	t = ((t&0x000000FF000000FF)*(100+1000000<<32) + (t>>16&0x000000FF000000FF)*(1+10000<<32)) >> 32
-	return uint32(t), n
+	return uint32(t)
 }
 
 // number parses a JSON number at pos and reports whether it is a token id: an integer value in

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,14 @@ func FuzzParsePrompt(f *testing.F) {
 		`[-0]`, `"\ud83d\ude00"`, `[ 1 , 2 ]`, `[[1] , [2]]`, string(nested(50)), `["a",[1]]`, `[4294967296]`} {
 		f.Add([]byte(s))
 	}
+	// Long arrays as Go's and Python's encoders write them: the word-at-a-time path.
+	var compact, spaced []string
+	for i := range 120 {
+		compact, spaced = append(compact, strconv.Itoa(i*7919%100003)), append(spaced, strconv.Itoa(i*104729%1000))
+	}
+	f.Add([]byte("[" + strings.Join(compact, ",") + "]"))
+	f.Add([]byte("[" + strings.Join(spaced, ", ") + "]"))
+	f.Add([]byte("[[" + strings.Join(compact, ",") + "],[" + strings.Join(spaced, ", ") + "]]"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		p, err, steps := parseSteps(raw)
 		if steps > stepBound(len(raw)) {

@@ -25,6 +25,9 @@ func TestSwarDigits(t *testing.T) {
 			if got != n {
 				t.Fatalf("%q: run length %d, want %d", buf[:8], got, n)
 			}
+			if got7 := digitRun7(binary.LittleEndian.Uint64(buf)); got7 != min(n, 7) {
+				t.Fatalf("%q: digitRun7 %d, want %d", buf[:8], got7, min(n, 7))
+			}
 			if n < 8 {
 				want, _ := strconv.ParseUint(string(digits), 10, 64)
 				if uint64(v) != want {

@@ -5,10 +5,10 @@ import (
 	"sync"
 )
 
-// Request bodies are assembled in pooled buffers, one pool per power-of-two size class, sized
-// from the request's Content-Length when it has one: a body is then one copy of its chunks, with
-// no regrowth and no zeroing of fresh memory per request (the front door pools its bodies the same
-// way, router/frontdoor body.go).
+// A request body of several chunks is joined, once its end came, in a pooled buffer of the body's
+// size, one pool per power-of-two size class: one copy of its chunks, with no regrowth and no
+// zeroing of fresh memory per request (the front door pools its bodies the same way,
+// router/frontdoor body.go). A body of one chunk is read where its message put it.
 const (
 	// minBodyBits is the smallest class, 4 KiB: a short chat body.
 	minBodyBits = 12

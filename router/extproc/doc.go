@@ -12,8 +12,9 @@
 // by the front door, and two doors never disagree. The response then flows back through the
 // stream unchanged; the picker reads x-gateway-destination-endpoint-served (the node that
 // really served, after the gateway's retries) and the engine's
-// usage.prompt_tokens_details.cached_tokens, streamed or not, to close the loop: in-flight
-// count, the overlay's pending prefix at the first token, estimate accuracy, passive health.
+// usage.prompt_tokens_details.cached_tokens, streamed or not, to close the loop on the node that
+// served (after a fallback, the served node owns the request): in-flight count, the overlay's
+// pending prefix at the first token, estimate accuracy, passive health.
 //
 // Body modes, as Envoy's ext_proc filter sends them (envoy/extensions/filters/http/ext_proc/v3
 // processing_mode.proto, and GIE's pkg/epp/handlers/server.go):

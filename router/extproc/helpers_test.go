@@ -96,6 +96,9 @@ type rigOpts struct {
 	maxPer    int // MaxInFlightPerNode
 	noEngines bool
 	dead      int // the first dead nodes have no engine (connects are refused)
+	// engines replaces the simulated engine of the nodes it lists (by index) with a handler.
+	engines map[int]http.Handler
+	health  frontdoor.HealthReporter // the front door's passive health (none when nil)
 }
 
 func newRig(t tb, o rigOpts) *rig {
@@ -108,7 +111,11 @@ func newRig(t tb, o rigOpts) *rig {
 		id := fmt.Sprintf("node-%d", i)
 		n := &simNode{id: id, tree: local.NewRadixTree(local.Options{})}
 		url := "http://127.0.0.1:1" // nothing listens: for tests that never forward
-		if !o.noEngines && i >= o.dead {
+		if h := o.engines[i]; h != nil {
+			n.srv = httptest.NewServer(h)
+			t.Cleanup(n.srv.Close)
+			url = n.srv.URL
+		} else if !o.noEngines && i >= o.dead {
 			cfg := simengine.DefaultConfig()
 			cfg.KVBlocks, cfg.PrefillTokensPerSec, cfg.DecodeTokensPerSec = 8192, 1e9, 1e9
 			eng, err := simengine.New(cfg, n.tree, nil, prometheus.NewRegistry())
@@ -135,7 +142,7 @@ func newRig(t tb, o rigOpts) *rig {
 	}
 	fcfg := frontdoor.DefaultConfig()
 	fcfg.Tokenizer = "cl100k_base"
-	if r.fd, err = frontdoor.New(fcfg, frontdoor.Deps{Picker: r.picker, Nodes: r.list}); err != nil {
+	if r.fd, err = frontdoor.New(fcfg, frontdoor.Deps{Picker: r.picker, Nodes: r.list, Health: o.health}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -66,6 +67,7 @@ type Server struct {
 
 	streams  atomic.Int64 // streams open now
 	buffered atomic.Int64 // request body bytes held across streams
+	readers  *readers     // the goroutines that read streams (readers.go)
 
 	// observeAnswer, when set (by this package's benchmark, before serving), hears each
 	// request's answer_seconds: the picker's own share of the added latency.
@@ -91,16 +93,22 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, picker: deps.Picker, nodes: deps.Nodes, met: met, log: log, health: health.NewServer()}
+	s := &Server{cfg: cfg, picker: deps.Picker, nodes: deps.Nodes, met: met, log: log, health: health.NewServer(),
+		readers: newReaders()}
 	s.health.SetServingStatus(ServiceLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.SetReady(false)
 	return s, nil
 }
 
 // GRPCOptions are the server options the endpoint picker needs: a BUFFERED body comes as one
-// message, larger than gRPC's default 4 MiB limit.
+// message, larger than gRPC's default 4 MiB limit; messages are encoded, decoded and read into
+// buffers that are not cleared before use (codec.go).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgBytes())}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgBytes()),
+		grpc.ForceServerCodecV2(wireCodec{}),
+		experimental.BufferPool(dirtyPool),
+	}
 }
 
 // Register adds the ext_proc service and grpc.health.v1 to g.
@@ -139,13 +147,13 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 
 	st := &stream{s: s, ctx: ctx, send: srv.Send, reqMode: s.cfg.DefaultRequestBodyMode, respMode: s.cfg.DefaultResponseBodyMode,
 		overCap: n > int64(s.cfg.MaxStreams)}
-	// The reader receives and handles every message itself, with no hand-off per message; this
-	// goroutine only watches the deadlines, since Recv has none of its own. st.mu serialises the
-	// two: the reader handles a message under it, and a deadline takes it to answer and end the
-	// stream. The reader ends when the stream does: gRPC cancels the stream as Process returns,
-	// and its Recv then fails.
+	// The reader (on a goroutine of s.readers) receives and handles every message itself, with
+	// no hand-off per message; this goroutine only watches the deadlines, since Recv has none of
+	// its own. st.mu serialises the two: the reader handles a message under it, and a deadline
+	// takes it to answer and end the stream. The reader ends when the stream does: gRPC cancels
+	// the stream as Process returns, and its Recv then fails.
 	result := make(chan error, 1)
-	go func() { result <- st.serve(srv) }()
+	s.readers.run(func() { result <- st.serve(srv) })
 	reqTimer := time.NewTimer(s.cfg.RequestTimeout)
 	defer reqTimer.Stop()
 	reqDeadline := reqTimer.C

@@ -36,9 +36,12 @@ type stream struct {
 	subset     []string
 	haveSubset bool
 
-	body          []byte // the request body so far, counted in s.buffered; pooled (body.go)
-	held          int64
-	contentLength int // the request's Content-Length, 0 if none
+	// chunks are the request body's chunks so far, each the bytes its message brought (nothing
+	// else holds them), counted in s.buffered as held; chunkArr is their first backing array.
+	chunks   [][]byte
+	chunkArr [4][]byte
+	held     int64
+	joined   []byte // the chunks joined for the pick, pooled (body.go); nil for a body of one chunk
 
 	pick        *frontdoor.GatewayPick
 	dest        string // the destination list answered
@@ -107,9 +110,6 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		st.header.Set(frontdoor.HeaderSessionID, v)
 	}
 	st.subset, st.haveSubset = subsetHint(req.GetMetadataContext())
-	if n, err := strconv.Atoi(headerValue(hm, "content-length")); err == nil && n > 0 {
-		st.contentLength = n // a capacity hint only: the body's own end decides
-	}
 	switch {
 	case h.GetEndOfStream():
 		// No body: routed by load (GIE routes these to any ready endpoint).
@@ -131,7 +131,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		return false, st.send(plainBodyResponse(true))
 	}
 	chunk := b.GetBody()
-	if len(st.body)+len(chunk) > st.s.cfg.MaxBodyBytes {
+	if st.held+int64(len(chunk)) > int64(st.s.cfg.MaxBodyBytes) {
 		st.s.met.streamErrors.WithLabelValues("too_large").Inc()
 		st.requestDone = true
 		return true, st.send(immediate(typev3.StatusCode_PayloadTooLarge, "request_too_large",
@@ -147,10 +147,10 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		}
 		st.held += n
 		st.s.met.buffered.Add(float64(n))
-		if st.body == nil {
-			st.body = getBody(max(st.contentLength, len(chunk)), st.s.cfg.MaxBodyBytes)
+		if st.chunks == nil {
+			st.chunks = st.chunkArr[:0]
 		}
-		st.body = append(st.body, chunk...)
+		st.chunks = append(st.chunks, chunk) // kept as it came: joined once, at the end
 	}
 	switch st.reqMode {
 	case procv3.ProcessingMode_FULL_DUPLEX_STREAMED:
@@ -171,7 +171,7 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	defer st.release()
 	var body []byte
 	if withBody {
-		body = st.body
+		body = st.joinedBody()
 	}
 	start := time.Now()
 	exclude, ok := st.exclusions()
@@ -254,6 +254,23 @@ func (st *stream) exclusions() (exclude []string, ok bool) {
 	return exclude, some
 }
 
+// joinedBody is the request body in one piece: its one chunk as it came (a BUFFERED body, or a
+// short one), or the chunks copied once into a pooled buffer of the body's size.
+func (st *stream) joinedBody() []byte {
+	switch len(st.chunks) {
+	case 0:
+		return nil
+	case 1:
+		return st.chunks[0]
+	}
+	b := getBody(int(st.held), st.s.cfg.MaxBodyBytes)
+	for _, c := range st.chunks {
+		b = append(b, c...)
+	}
+	st.joined = b
+	return b
+}
+
 // release gives back the request body's bytes: once routed, the body went back to the gateway.
 func (st *stream) release() {
 	if st.held > 0 {
@@ -261,8 +278,10 @@ func (st *stream) release() {
 		st.s.met.buffered.Sub(float64(st.held))
 		st.held = 0
 	}
-	putBody(st.body)
-	st.body = nil
+	clear(st.chunks)
+	st.chunks = nil
+	putBody(st.joined)
+	st.joined = nil
 }
 
 func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
@@ -342,16 +361,22 @@ func (st *stream) end(err error) {
 		class = "2xx"
 	}
 	met.outcomes.WithLabelValues(class).Inc()
-	if class == "2xx" {
+	// The estimate of the node that served: after a fallback, the served node's at the decision
+	// when it was an alternate; none for a request routed by load.
+	estimate, known := pk.Estimate()
+	if o.Status >= 200 && o.Status < 300 { // 2xx, on the node that served
 		if o.TTFT > 0 {
 			met.ttft.Observe(o.TTFT.Seconds())
 		}
-		if pk.PromptTokens >= 0 { // routed by load: no estimate to compare
-			met.accuracy.Observe(pk.EstimatedMatchedTokens, o.CachedTokens)
+		if known {
+			met.accuracy.Observe(estimate, o.CachedTokens)
 		}
 	}
+	if !known {
+		estimate = -1
+	}
 	st.s.log.Debug("request", "path", st.path, "node", pk.NodeID, "dest", st.dest, "policy", pk.Policy, "reason", pk.Reason,
-		"prompt_tokens", pk.PromptTokens, "estimate", pk.EstimatedMatchedTokens, "cached_tokens", o.CachedTokens,
+		"prompt_tokens", pk.PromptTokens, "estimate", estimate, "cached_tokens", o.CachedTokens,
 		"status", o.Status, "outcome", class, "ttft", o.TTFT, "latency", time.Since(st.pickedAt), "err", o.Err)
 }
 

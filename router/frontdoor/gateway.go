@@ -29,7 +29,10 @@ type GatewayRequest struct {
 // GatewayPick is a decision taken for a gateway. The gateway's response passes through the
 // caller, which shows it here (ResponseHeaders, ResponseBody) and ends it exactly once (End):
 // that closes the loop as the front door's proxy does: the in-flight count, the overlay's
-// pending prefix at the first token, the engine's cached_tokens and passive health.
+// pending prefix at the first token, the engine's cached_tokens and passive health. When the
+// gateway says another node served (a fallback), that node owns the request from then on: the
+// chosen node's count is given back as failed and the served node's begins (Pick.Reroute), so
+// its load, first token and outcome are counted where the request really ran.
 type GatewayPick struct {
 	Pick
 	// PromptTokens is the prompt's length in tokens, -1 when the request was routed by load
@@ -42,12 +45,14 @@ type GatewayPick struct {
 	s     *Server
 	start time.Time
 
-	mu      sync.Mutex // guards everything below
-	status  int
-	headAt  time.Duration
-	obs     *observer
-	servedB string // the node id that served, when the gateway said so
-	ended   bool
+	mu        sync.Mutex // guards everything below
+	status    int
+	headAt    time.Duration
+	obs       *observer
+	servedB   string // the node id that served, when the gateway said so
+	moved     bool   // the accounting moved to servedB (Pick.Reroute)
+	servedEst int    // servedB's estimated matched tokens at the decision, -1 when unknown
+	ended     bool
 }
 
 // errServedElsewhere ends a pick whose request the gateway sent to another node (a fallback).
@@ -111,9 +116,24 @@ func (g *GatewayPick) ResponseHeaders(status int, h http.Header, servedBy string
 	}
 	first := g.FirstToken
 	if servedBy != "" && servedBy != g.NodeID {
-		first = nil // the prefix went elsewhere: the overlay's pending record is dropped at End
+		g.fellBack(servedBy)
+		if !g.moved {
+			first = nil // the prefix went to a node the picker cannot count it on: dropped at End
+		}
 	}
 	g.obs = newObserver(strings.HasPrefix(h.Get("Content-Type"), "text/event-stream"), g.start, cached, first)
+}
+
+// fellBack moves the request to the node that served it instead of the chosen one. A gateway
+// moves down the list when the node failed it (connect failure, reset, 5xx: the retry conditions
+// of GIE's reference config), which is what the front door's proxy counts against a node before
+// retrying elsewhere.
+func (g *GatewayPick) fellBack(servedBy string) {
+	g.servedEst = -1
+	if g.Reroute != nil {
+		g.servedEst, g.moved = g.Reroute(servedBy)
+	}
+	g.s.health.ReportFailure(g.NodeID)
 }
 
 // ResponseBody shows a piece of the response body, as relayed, to the observer that reads the
@@ -146,14 +166,12 @@ func (g *GatewayPick) End(err error) Outcome {
 		}
 	}
 	if g.servedB != "" && g.servedB != g.NodeID {
-		// The gateway fell back to another node: this node's pick never ran there. Its
-		// estimate says nothing of the node that served, so no cached_tokens is compared.
-		g.Done(Outcome{Status: 0, Err: errServedElsewhere, CachedTokens: -1, Latency: o.Latency})
-		o.CachedTokens = -1
-		// A gateway moves down the list when the node failed it (connect failure, reset, 5xx:
-		// the retry conditions of GIE's reference config), which is what the front door's
-		// proxy counts against a node before retrying elsewhere.
-		g.s.health.ReportFailure(g.NodeID)
+		if g.moved {
+			g.Done(o) // the served node's count, since the fallback
+		} else {
+			// The picker could not move the request: the chosen node's pick never ran there.
+			g.Done(Outcome{Status: 0, Err: errServedElsewhere, CachedTokens: -1, Latency: o.Latency})
+		}
 		g.report(g.servedB, o.Status)
 		return o
 	}
@@ -179,6 +197,24 @@ func (g *GatewayPick) report(node string, status int) {
 	case status > 0 && status != http.StatusTooManyRequests:
 		g.s.health.ReportSuccess(node)
 	}
+}
+
+// Estimate is the estimated matched tokens of the node that served, to compare with the
+// engine's cached_tokens: EstimatedMatchedTokens, or after a fallback the served node's estimate
+// at the decision (an alternate's; the estimate taken then, beside the chosen node's, rather than
+// one taken when the response came, which could already count this very prompt in the served
+// node's summary); ok is false when none is known (the request was routed by load, or the node
+// that served was not an alternate).
+func (g *GatewayPick) Estimate() (tokens int, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.PromptTokens < 0:
+		return 0, false
+	case g.servedB != "" && g.servedB != g.NodeID:
+		return g.servedEst, g.servedEst >= 0
+	}
+	return g.EstimatedMatchedTokens, true
 }
 
 // ServedElsewhere reports whether the gateway said another node served the request.

@@ -49,6 +49,13 @@ type Pick struct {
 	Alternates []string
 	Done       func(Outcome)
 	FirstToken func()
+	// Reroute, when not nil (a pick with Alternates from a picker that can move it), moves the
+	// request to the node with id node, which served it instead (a gateway's fallback), before
+	// its first token: NodeID's count is given back as failed and node's begins, so Done and
+	// FirstToken act on node from then on. moved is false when the picker does not know node
+	// (nothing changed then); estimate is node's estimated matched tokens at the decision, -1
+	// when it was not an alternate.
+	Reroute func(node string) (estimate int, moved bool)
 }
 
 // Outcome is how a routed request ended.

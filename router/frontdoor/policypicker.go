@@ -1,11 +1,9 @@
 package frontdoor
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -188,38 +186,23 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 	t := c.Ticket
 	// The first-byte deadline (deadline.go) scales with the chosen node's expected TTFT.
 	ttft := ExpectedTTFT(&sc.nodes[c.Node], len(req.Tokens)-c.MatchedTokens)
-	var alts []string
-	if req.Alternates > 0 {
-		alts = alternates(c, sc.urls, req.Alternates)
-	}
-	return Pick{
-		Alternates:             alts,
+	pk := Pick{
 		NodeID:                 sc.nodes[c.Node].ID,
 		EngineURL:              sc.urls[c.Node],
 		EstimatedMatchedTokens: c.MatchedTokens,
 		Policy:                 p.dec.Policy().Name(),
 		Reason:                 c.Reason,
 		ExpectedTTFT:           ttft,
-		Done: func(o Outcome) {
-			t.Done(p.now(), o.Err == nil && o.Status > 0 && o.Status < 300)
-		},
-		FirstToken: func() { t.FirstToken(p.now()) },
-	}, nil
+	}
+	if req.Alternates > 0 {
+		// A gateway's pick: the fallback list, and accounting that can follow a fallback.
+		p.movable(&pk, t, c, sc, req)
+		return pk, nil
+	}
+	pk.Done = func(o Outcome) { t.Done(p.now(), succeeded(o)) }
+	pk.FirstToken = func() { t.FirstToken(p.now()) }
+	return pk, nil
 }
 
-// alternates lists up to n engine URLs of c's candidates other than the chosen one, by the
-// policy's score (lower is better), leaving out those a guard excluded (+Inf).
-func alternates(c *routing.Choice, urls []string, n int) []string {
-	cands := make([]routing.Candidate, 0, len(c.Candidates))
-	for _, cd := range c.Candidates {
-		if cd.Node != c.Node && !math.IsInf(cd.Score, 1) && !math.IsNaN(cd.Score) {
-			cands = append(cands, cd)
-		}
-	}
-	slices.SortStableFunc(cands, func(a, b routing.Candidate) int { return cmp.Compare(a.Score, b.Score) })
-	out := make([]string, 0, min(n, len(cands)))
-	for _, cd := range cands[:min(n, len(cands))] {
-		out = append(out, urls[cd.Node])
-	}
-	return out
-}
+// succeeded is whether a request ended well, for its ticket.
+func succeeded(o Outcome) bool { return o.Err == nil && o.Status > 0 && o.Status < 300 }
