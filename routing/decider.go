@@ -338,25 +338,11 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	var t *Ticket
 	switch commit {
 	case CommitBegin:
-		t = d.newTicket(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold)
-		t.shared, t.pendingAt = now, len(d.pending)
+		t = d.beginLocked(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold, now)
 		// What the policy saw of the chosen node, to learn from when the first token comes.
 		t.decided = now
 		t.work, t.seqs = ttftFeatures(&cands[c.dec.Node], prompt-c.dec.MatchedTokens, &d.pcfg)
-		d.pending = append(d.pending, t)
-		l := d.own[id]
-		if l == nil {
-			l = new(InFlight)
-			d.own[id] = l
-		}
-		l.add(t.load)
-		// Inside the critical section: the next decision, waiting on mu, estimates with this
-		// request's prefix already held on its node.
-		if d.overlay != nil {
-			d.overlay.Begin(id, *t.hashes, now)
-		}
 		c.Ticket = t
-		d.commits.Add(1)
 		d.conc.ownDecision(now, span)
 	case CommitRecord:
 		if d.overlay != nil {
@@ -649,11 +635,32 @@ func (t *Ticket) releaseLocked(now time.Time, ok, end bool) {
 	}
 }
 
+// beginLocked commits a request to node with its load and the part of its chain to hold: pending
+// until its first token, counted in flight until Done, the held prefix in the overlay. Inside the
+// critical section, so the next decision, waiting on mu, estimates with this request's prefix
+// already held on its node. Callers hold mu.
+func (d *Decider) beginLocked(node string, load InFlight, hold []uint64, now time.Time) *Ticket {
+	t := d.newTicket(node, load, hold)
+	t.shared, t.pendingAt = now, len(d.pending)
+	d.pending = append(d.pending, t)
+	l := d.own[node]
+	if l == nil {
+		l = new(InFlight)
+		d.own[node] = l
+	}
+	l.add(t.load)
+	if d.overlay != nil {
+		d.overlay.Begin(node, *t.hashes, now)
+	}
+	d.commits.Add(1)
+	return t
+}
+
 // observeTTFT teaches the chosen node's learner the ticket's first token at now. Callers hold
 // d.mu.
 func (d *Decider) observeTTFT(t *Ticket, now time.Time) {
-	if d.noLearn {
-		return
+	if d.noLearn || t.decided.IsZero() {
+		return // learning off, or a tracked request (Track): no decision whose features it has
 	}
 	if !d.index.Has(t.node) {
 		return // the node left (ForgetNode dropped its learner): do not bring it back

@@ -28,21 +28,9 @@ func (d *Decider) Track(n *NodeInfo, hashes []uint64, promptTokens int, now time
 	}
 	matched := local.EngineCachedTokens(blocks[0]*bs, promptTokens, bs)
 	indexed := min(iblocks[0], len(hashes))
-	// As Decide's CommitBegin: pending until the first token, counted in flight until Done, the
-	// prefix held in the overlay inside the critical section.
-	t := d.newTicket(n.ID, InFlight{Requests: 1, Tokens: promptTokens, PrefillTokens: max(0, promptTokens-matched)}, hashes[indexed:])
-	t.shared, t.pendingAt = now, len(d.pending)
-	d.pending = append(d.pending, t)
-	l := d.own[n.ID]
-	if l == nil {
-		l = new(InFlight)
-		d.own[n.ID] = l
-	}
-	l.add(t.load)
-	if d.overlay != nil {
-		d.overlay.Begin(n.ID, *t.hashes, now)
-	}
-	d.commits.Add(1)
+	// As Decide's CommitBegin. Its first token teaches the TTFT fits nothing: the fallback's
+	// moment, and so its time to first token, is the gateway's.
+	t := d.beginLocked(n.ID, InFlight{Requests: 1, Tokens: promptTokens, PrefillTokens: max(0, promptTokens-matched)}, hashes[indexed:], now)
 	d.mu.Unlock()
 
 	if len(hashes) > 0 && d.hooks.OnDecision != nil {
