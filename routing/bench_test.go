@@ -237,3 +237,37 @@ func benchNodesView(f *benchFleet) ([]NodeInfo, []int) {
 	}
 	return nodes, matched
 }
+
+// BenchmarkOverlayBeginEnd: a 512-block request held from routing to its first token (Begin, then
+// End, which records it with the TTL) while 300 others wait, each sharing its first half, on 64
+// nodes: the overlay's hold counts (holdTable) and pending masks under load.
+func BenchmarkOverlayBeginEnd(b *testing.B) {
+	o := NewOverlay(DefaultOverlayTTL, DefaultOverlayMaxEntries)
+	now := time.Unix(1000, 0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	prompt := make([]uint64, 512)
+	for j := range prompt {
+		prompt[j] = rng.Uint64()
+	}
+	ids := make([]string, benchNodes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("gpu-node-%02d", i)
+	}
+	for i := 0; i < 300; i++ {
+		hs := append([]uint64(nil), prompt[:256]...)
+		for len(hs) < 512 {
+			hs = append(hs, rng.Uint64())
+		}
+		o.Begin(ids[rng.IntN(len(ids))], hs, now)
+	}
+	for _, id := range ids { // every node's record of prompt is in place: a steady state
+		o.Begin(id, prompt, now)
+		o.End(id, prompt, now)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		id := ids[i%len(ids)]
+		o.Begin(id, prompt, now)
+		o.End(id, prompt, now)
+	}
+}
