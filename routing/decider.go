@@ -276,7 +276,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		l := d.inFlightLocked(n.ID)
 		n.InFlight, n.InFlightTokens, n.InFlightPrefillTokens = l.Requests, l.Tokens, l.PrefillTokens
 		n.TTFT = d.fleet.fit
-		if ln := d.learned[n.ID]; ln != nil {
+		if ln := d.learned[n.ID]; ln != nil && ln.distinctFrom(d.fleet.fit) {
 			n.TTFT = ln.fit
 		}
 		n.TTFT.FleetScale = d.fleet.fit.scale()

@@ -56,6 +56,31 @@ const (
 	ttftMaxSec      = 60.0
 )
 
+// ttftDistinct is how far (as a ratio) a node's own fit must stand from the fleet's, in the TTFT
+// both predict for the node's typical request (its mean features), before the router uses it:
+// within it the node gets the fleet fit. The shrinkage alone left homogeneous nodes' fits up to
+// ~20% apart by their features' own biases, enough to draw traffic from cache locality (64 nodes
+// of the Mooncake trace: 0.669 s mean TTFT against 0.630 s without learning); a node truly twice
+// as slow stands out by more. Chosen on the Mooncake trace (8 and 64 nodes, and with half-speed
+// nodes) among 0, 0.25 and 0.5 (routing/POLICIES.md, "Learning each node's TTFT").
+const ttftDistinct = 0.25
+
+// distinctFrom reports whether the learner's fit predicts its node's typical request further
+// than ttftDistinct from what the fleet fit predicts for it.
+func (l *ttftLearner) distinctFrom(fleet TTFTFit) bool {
+	if !(l.xx[0][0] > 0) {
+		return false
+	}
+	work, seqs := l.xx[0][1]/l.xx[0][0], l.xx[0][2]/l.xx[0][0]
+	own := l.fit.Overhead + l.fit.scale()*work + l.fit.PerSeq*seqs
+	all := fleet.Overhead + fleet.scale()*work + fleet.PerSeq*seqs
+	if !(all > 0) {
+		return own > 0
+	}
+	r := own / all
+	return r > 1+ttftDistinct || r < 1/(1+ttftDistinct)
+}
+
 // scale is the fit's prefill multiplier (1 when not learned).
 func (f TTFTFit) scale() float64 {
 	if f.Scale > 0 {
