@@ -40,11 +40,7 @@ func (c *TTFTCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *TTFTCollector) Collect(ch chan<- prometheus.Metric) {
 	fits, fleet := c.dec.AppendLearnedTTFT(nil)
 	for _, f := range fits {
-		scale := f.Fit.Scale
-		if scale == 0 {
-			scale = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.scale, prometheus.GaugeValue, scale, f.Node)
+		ch <- prometheus.MustNewConstMetric(c.scale, prometheus.GaugeValue, f.Fit.PrefillScale(), f.Node)
 		ch <- prometheus.MustNewConstMetric(c.overhead, prometheus.GaugeValue, f.Fit.Overhead, f.Node)
 		ch <- prometheus.MustNewConstMetric(c.perSeq, prometheus.GaugeValue, f.Fit.PerSeq, f.Node)
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.GaugeValue, f.Fit.Samples, f.Node)

@@ -279,7 +279,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		if ln := d.learned[n.ID]; ln != nil && ln.distinctFrom(d.fleet.fit) {
 			n.TTFT = ln.fit
 		}
-		n.TTFT.FleetScale = d.fleet.fit.scale()
+		n.TTFT.FleetScale = d.fleet.fit.PrefillScale()
 		if d.maxPer > 0 && n.InFlight >= d.maxPer {
 			atCap = true
 			continue
@@ -684,7 +684,7 @@ func (d *Decider) LearnedTTFT(node string) TTFTFit {
 	if l := d.learned[node]; l != nil {
 		f = l.fit
 	}
-	f.FleetScale = d.fleet.fit.scale()
+	f.FleetScale = d.fleet.fit.PrefillScale()
 	return f
 }
 
@@ -700,7 +700,7 @@ func (d *Decider) AppendLearnedTTFT(dst []NodeTTFT) ([]NodeTTFT, TTFTFit) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fleet := d.fleet.fit
-	fleet.FleetScale = fleet.scale()
+	fleet.FleetScale = fleet.PrefillScale()
 	for id, l := range d.learned {
 		f := l.fit
 		f.FleetScale = fleet.FleetScale

@@ -104,7 +104,7 @@ const SpreadMinConcurrency = 0.5
 // same on every router, and identical prompts still land together. Costs carry the miss penalty,
 // so a node without the request's prefix joins only when the burst's work outweighs the cache.
 func spread(req *Request, nodes []NodeInfo, matched []int, best int, cands []Candidate, cfg *PolicyConfig) int {
-	rate := nominalRate(&nodes[best], cfg) / nodes[best].TTFT.scale()
+	rate := nominalRate(&nodes[best], cfg) / nodes[best].TTFT.PrefillScale()
 	need := float64(max(req.PromptTokens-matched[best], 0))
 	vol := req.Concurrency * need / rate // seconds of work the unseen decisions add
 	lo := cands[best].Score
@@ -158,7 +158,7 @@ func spreadKey(req *Request) uint64 {
 // penalty's weight on the request's uncached tokens at the node's learned prefill rate.
 func expectedTTFT(req *Request, n *NodeInfo, matched int, cfg *PolicyConfig) float64 {
 	need := max(req.PromptTokens-matched, 0)
-	return PredictTTFT(n, need, cfg) + cfg.MissPenalty*fleetScale(n)*float64(need)/nominalRate(n, cfg)
+	return PredictTTFT(n, need, cfg) + cfg.MissPenalty*n.TTFT.fleetScale()*float64(need)/nominalRate(n, cfg)
 }
 
 // sameScore reports whether two finite costs are equal up to float rounding.
@@ -220,12 +220,4 @@ func pickRendezvous(key uint64, nodes []NodeInfo, cands []Candidate, ok func(c *
 		}
 	}
 	return best
-}
-
-// fleetScale is the fleet's learned prefill multiplier as n carries it (1 when not learned).
-func fleetScale(n *NodeInfo) float64 {
-	if n.TTFT.FleetScale > 0 {
-		return n.TTFT.FleetScale
-	}
-	return 1
 }

@@ -72,8 +72,8 @@ func (l *ttftLearner) distinctFrom(fleet TTFTFit) bool {
 		return false
 	}
 	work, seqs := l.xx[0][1]/l.xx[0][0], l.xx[0][2]/l.xx[0][0]
-	own := l.fit.Overhead + l.fit.scale()*work + l.fit.PerSeq*seqs
-	all := fleet.Overhead + fleet.scale()*work + fleet.PerSeq*seqs
+	own := l.fit.Overhead + l.fit.PrefillScale()*work + l.fit.PerSeq*seqs
+	all := fleet.Overhead + fleet.PrefillScale()*work + fleet.PerSeq*seqs
 	if !(all > 0) {
 		return own > 0
 	}
@@ -81,10 +81,16 @@ func (l *ttftLearner) distinctFrom(fleet TTFTFit) bool {
 	return r > 1+ttftDistinct || r < 1/(1+ttftDistinct)
 }
 
-// scale is the fit's prefill multiplier (1 when not learned).
-func (f TTFTFit) scale() float64 {
-	if f.Scale > 0 {
-		return f.Scale
+// PrefillScale is the fit's prefill multiplier: Scale, or 1 when not learned.
+func (f TTFTFit) PrefillScale() float64 { return orOne(f.Scale) }
+
+// fleetScale is the fleet's multiplier the fit carries (FleetScale, or 1 when not learned).
+func (f TTFTFit) fleetScale() float64 { return orOne(f.FleetScale) }
+
+// orOne is v when it is a learned (positive) multiplier, else the prior's 1.
+func orOne(v float64) float64 {
+	if v > 0 {
+		return v
 	}
 	return 1
 }
@@ -116,7 +122,7 @@ func (l *ttftLearner) observe(work, seqs, ttft float64, prior TTFTFit, strength,
 	l.n = keep*l.n + 1
 	var m [3][3]float64
 	var r [3]float64
-	p := [3]float64{prior.Overhead, prior.scale(), prior.PerSeq}
+	p := [3]float64{prior.Overhead, prior.PrefillScale(), prior.PerSeq}
 	for i := range m {
 		m[i] = l.xx[i]
 		m[i][i] += strength
@@ -182,11 +188,11 @@ func nominalRate(n *NodeInfo, cfg *PolicyConfig) float64 {
 	return cfg.DefaultPrefillTokensPerSec
 }
 
-// PrefillAhead is the uncached prefill work, in tokens, queued on n ahead of a request sent now:
+// prefillAhead is the uncached prefill work, in tokens, queued on n ahead of a request sent now:
 // the larger of the node's report, drained at its (learned) rate over the report's age, and the
 // router's own fresh count of prefill tokens it sent there and not yet answered.
-func PrefillAhead(n *NodeInfo, cfg *PolicyConfig) float64 {
-	rate := nominalRate(n, cfg) / n.TTFT.scale()
+func prefillAhead(n *NodeInfo, cfg *PolicyConfig) float64 {
+	rate := nominalRate(n, cfg) / n.TTFT.PrefillScale()
 	queued := float64(n.QueuedPrefillTokens) - rate*n.LoadAge.Seconds()
 	return math.Max(math.Max(queued, float64(n.InFlightPrefillTokens)), 0)
 }
@@ -197,7 +203,7 @@ func seqsOn(n *NodeInfo) int { return max(n.Running, n.InFlight) }
 
 // ttftFeatures are the learner's features for a request with uncached prompt tokens on n.
 func ttftFeatures(n *NodeInfo, uncached int, cfg *PolicyConfig) (work, seqs float64) {
-	work = (PrefillAhead(n, cfg) + float64(max(uncached, 0))) / nominalRate(n, cfg)
+	work = (prefillAhead(n, cfg) + float64(max(uncached, 0))) / nominalRate(n, cfg)
 	return work, float64(seqsOn(n)) / TTFTSeqUnit
 }
 
@@ -207,7 +213,7 @@ func ttftFeatures(n *NodeInfo, uncached int, cfg *PolicyConfig) (work, seqs floa
 func PredictTTFT(n *NodeInfo, uncached int, cfg *PolicyConfig) float64 {
 	work, seqs := ttftFeatures(n, uncached, cfg)
 	f := n.TTFT
-	return f.Overhead + f.scale()*work + f.PerSeq*seqs
+	return f.Overhead + f.PrefillScale()*work + f.PerSeq*seqs
 }
 
 // PredictTTFTDuration is PredictTTFT as a duration, at most an hour.
