@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -18,9 +19,14 @@ import (
 //	          hash's position in the request's chain), uvarint count, count × 8-byte hash
 //	load:     msgShare, version, shareLoad, router id, 8-byte report time (unix ns), part, parts
 //	          (1 byte each), uvarint count, count × (node id, uvarint requests, tokens, prefill)
+//	ttft:     msgShare, version, shareTTFT, router id, uvarint count, count × (node id, uvarint
+//	          work µs, uvarint sequences, uvarint time to first token µs)
 //
-// routing.ShareDecisionBytes and routing.ShareLoadBytes state the same sizes, and the packing
-// rules (routing.AppendShareChunks, AppendLoadParts) keep every packet within MaxPacketBytes.
+// A ttft packet carries first tokens the router observed, with the features its policy saw, so
+// that its peers learn each node's TTFT from them too (routing.Decider.PeerTTFT).
+// routing.ShareDecisionBytes, ShareLoadBytes and ShareTTFTBytes state the same sizes, and the
+// packing rules (routing.AppendShareChunks, AppendLoadParts, AppendTTFTParts) keep every packet
+// within MaxPacketBytes.
 
 const (
 	msgShare     byte = 4 // router → routers (this file)
@@ -28,6 +34,7 @@ const (
 
 	shareDecision byte = 1
 	shareLoad     byte = 2
+	shareTTFT     byte = 3
 )
 
 // MaxShareHashes bounds a decision packet's hashes: what fits MaxPacketBytes with the shortest ids.
@@ -53,7 +60,17 @@ type ShareLoad struct {
 	Loads       []routing.NodeInFlight
 }
 
-// ShareKind returns a share packet's kind (IsShareDecision / IsShareLoad), 0 for another packet.
+// ShareTTFT is one packet of a router's first-token observations.
+type ShareTTFT struct {
+	RouterID string
+	Obs      []routing.TTFTObservation
+}
+
+// MaxShareTTFTs bounds a first-token packet's observations: each takes at least 5 bytes.
+const MaxShareTTFTs = MaxPacketBytes / 5
+
+// ShareKind returns a share packet's kind (IsShareDecision, IsShareLoad, IsShareTTFT), 0 for
+// another packet.
 func ShareKind(b []byte) byte {
 	if len(b) < 3 || b[0] != msgShare {
 		return 0
@@ -66,6 +83,9 @@ func IsShareDecision(b []byte) bool { return ShareKind(b) == shareDecision }
 
 // IsShareLoad reports whether b is a load packet.
 func IsShareLoad(b []byte) bool { return ShareKind(b) == shareLoad }
+
+// IsShareTTFT reports whether b is a first-token packet.
+func IsShareTTFT(b []byte) bool { return ShareKind(b) == shareTTFT }
 
 func checkID(what, id string) error {
 	if len(id) == 0 || len(id) > MaxNodeIDBytes {
@@ -209,6 +229,74 @@ func (l *ShareLoad) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("decode share load: %w", r.err)
 	}
 	l.Part, l.Parts = part, parts
+	return nil
+}
+
+// AppendBinary appends t's encoding; it refuses one that exceeds MaxPacketBytes or holds a
+// negative figure.
+func (t *ShareTTFT) AppendBinary(b []byte) ([]byte, error) {
+	if err := checkID("router", t.RouterID); err != nil {
+		return nil, fmt.Errorf("encode share ttft: %w", err)
+	}
+	for i := range t.Obs {
+		o := &t.Obs[i]
+		if err := checkID("node", o.Node); err != nil {
+			return nil, fmt.Errorf("encode share ttft: %w", err)
+		}
+		if o.Work < 0 || o.Seqs < 0 || o.TTFT < 0 {
+			return nil, fmt.Errorf("encode share ttft: %w: negative observation %+v", ErrInvalid, *o)
+		}
+	}
+	if n := routing.ShareTTFTBytes(t.RouterID, t.Obs); n > MaxPacketBytes {
+		return nil, fmt.Errorf("encode share ttft: %w: %d bytes", ErrTooLarge, n)
+	}
+	b = append(b, msgShare, shareVersion, shareTTFT)
+	b = appendStr(b, t.RouterID)
+	b = binary.AppendUvarint(b, uint64(len(t.Obs)))
+	for i := range t.Obs {
+		o := &t.Obs[i]
+		b = appendStr(b, o.Node)
+		b = binary.AppendUvarint(b, uint64(o.Work.Microseconds()))
+		b = binary.AppendUvarint(b, uint64(o.Seqs))
+		b = binary.AppendUvarint(b, uint64(o.TTFT.Microseconds()))
+	}
+	return b, nil
+}
+
+// maxShareMicros bounds a decoded duration: a day, far beyond what the learner keeps (a minute).
+const maxShareMicros = uint64(24 * time.Hour / time.Microsecond)
+
+// UnmarshalBinary decodes a first-token packet, reusing t.Obs' memory.
+func (t *ShareTTFT) UnmarshalBinary(b []byte) error {
+	r := reader{b: b}
+	if err := shareHeader(&r, shareTTFT); err != nil {
+		return fmt.Errorf("decode share ttft: %w", err)
+	}
+	t.RouterID = r.str(MaxNodeIDBytes)
+	n := r.uvarint()
+	if r.err == nil && n > MaxShareTTFTs {
+		r.fail(fmt.Errorf("%w: %d observations", ErrInvalid, n))
+	}
+	t.Obs = t.Obs[:0]
+	for i := uint64(0); r.err == nil && i < n; i++ {
+		var o routing.TTFTObservation
+		o.Node = r.str(MaxNodeIDBytes)
+		w, s, y := r.uvarint(), r.uvarint(), r.uvarint()
+		if r.err == nil && (o.Node == "" || w > maxShareMicros || s > maxShareCount || y > maxShareMicros) {
+			r.fail(fmt.Errorf("%w: observation %q %d %d %d", ErrInvalid, o.Node, w, s, y))
+		}
+		o.Work, o.Seqs, o.TTFT = time.Duration(w)*time.Microsecond, int(s), time.Duration(y)*time.Microsecond
+		t.Obs = append(t.Obs, o)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(fmt.Errorf("%w: %d trailing bytes", ErrInvalid, len(r.b)))
+	}
+	if r.err == nil && t.RouterID == "" {
+		r.fail(fmt.Errorf("%w: empty router id", ErrInvalid))
+	}
+	if r.err != nil {
+		return fmt.Errorf("decode share ttft: %w", r.err)
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -94,6 +95,58 @@ func TestShareLoadRoundTripAndParts(t *testing.T) {
 	}
 }
 
+// First-token observations round-trip at microsecond precision, split into packets that fit,
+// and the sizes routing computes for the simulator are the encoder's.
+func TestShareTTFTRoundTripAndParts(t *testing.T) {
+	var obs []routing.TTFTObservation
+	for i := range 300 {
+		obs = append(obs, routing.TTFTObservation{Node: "node-" + strings.Repeat("x", i%30) + string(rune('a'+i%26)),
+			Work: time.Duration(i) * 1234 * time.Microsecond, Seqs: i % 70, TTFT: time.Duration(i*i) * time.Microsecond})
+	}
+	parts := routing.AppendTTFTParts(nil, "router-2", obs)
+	if len(parts) < 2 || parts[len(parts)-1] != len(obs) {
+		t.Fatalf("parts %v of %d", parts, len(obs))
+	}
+	start := 0
+	var back []routing.TTFTObservation
+	for p, end := range parts {
+		m := ShareTTFT{RouterID: "router-2", Obs: obs[start:end]}
+		b, err := m.AppendBinary(nil)
+		if err != nil || len(b) > MaxPacketBytes || len(b) != routing.ShareTTFTBytes(m.RouterID, m.Obs) || !IsShareTTFT(b) {
+			t.Fatalf("part %d: %d bytes (routing says %d), %v", p, len(b), routing.ShareTTFTBytes(m.RouterID, m.Obs), err)
+		}
+		var got ShareTTFT
+		if err := got.UnmarshalBinary(b); err != nil || got.RouterID != "router-2" {
+			t.Fatalf("part %d: %+v %v", p, got, err)
+		}
+		back = append(back, got.Obs...)
+		for i := range b {
+			if err := got.UnmarshalBinary(b[:i]); err == nil {
+				t.Fatalf("accepted %d of %d bytes", i, len(b))
+			}
+		}
+		start = end
+	}
+	if !reflect.DeepEqual(back, obs) {
+		t.Fatal("observations differ after the round trip")
+	}
+	if parts := routing.AppendTTFTParts(nil, "r", nil); len(parts) != 0 {
+		t.Fatalf("no observations gave parts %v", parts)
+	}
+	bad := ShareTTFT{RouterID: "r", Obs: []routing.TTFTObservation{{Node: "n", TTFT: -time.Second}}}
+	if _, err := bad.AppendBinary(nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative ttft: %v", err)
+	}
+	// Hand-built bytes: kind 3, router "r", one observation of node "n": 1500 µs of work, 2
+	// sequences, 300 µs (uvarint 1500 = 0xdc 0x0b, 300 = 0xac 0x02).
+	var got ShareTTFT
+	raw := []byte{msgShare, shareVersion, 3, 1, 'r', 1, 1, 'n', 0xdc, 0x0b, 2, 0xac, 0x02}
+	if err := got.UnmarshalBinary(raw); err != nil || len(got.Obs) != 1 ||
+		got.Obs[0] != (routing.TTFTObservation{Node: "n", Work: 1500 * time.Microsecond, Seqs: 2, TTFT: 300 * time.Microsecond}) {
+		t.Fatalf("hand-built packet: %+v %v", got, err)
+	}
+}
+
 // FuzzDecodeShare: whatever a share decoder accepts re-encodes, and decodes again to the same.
 func FuzzDecodeShare(f *testing.F) {
 	d := ShareDecision{RouterID: "router-1", NodeID: "node-7", Offset: 1, Hashes: []uint64{9, 8}}
@@ -103,6 +156,9 @@ func FuzzDecodeShare(f *testing.F) {
 	b, _ = l.AppendBinary(nil)
 	f.Add(b)
 	f.Add([]byte{msgShare, shareVersion, shareLoad, 1, 'r', 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0})
+	tt := ShareTTFT{RouterID: "router-1", Obs: []routing.TTFTObservation{{Node: "n", Work: time.Millisecond, Seqs: 3, TTFT: time.Second}}}
+	b, _ = tt.AppendBinary(nil)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var d ShareDecision
 		if d.UnmarshalBinary(b) == nil {
@@ -116,6 +172,14 @@ func FuzzDecodeShare(f *testing.F) {
 		if l.UnmarshalBinary(b) == nil {
 			if _, err := l.AppendBinary(nil); err != nil {
 				t.Fatalf("accepted load does not re-encode: %v", err)
+			}
+		}
+		var tt ShareTTFT
+		if tt.UnmarshalBinary(b) == nil {
+			out, err := tt.AppendBinary(nil)
+			var again ShareTTFT
+			if err != nil || again.UnmarshalBinary(out) != nil || !reflect.DeepEqual(again, tt) {
+				t.Fatalf("ttft %+v does not round-trip: %v", tt, err)
 			}
 		}
 	})

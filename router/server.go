@@ -139,8 +139,7 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 	if !req.GetDryRun() {
 		// A burst's decisions, staggered as the front door's (routing.Decider.AdmissionDelay),
 		// before the view is read so the decision sees what arrived meanwhile.
-		dr := routing.DecideRequest{Tokens: tokens, SessionKey: routing.SessionKey(req.GetSessionId())}
-		if w := s.dec.AdmissionDelay(&dr, now); w > 0 {
+		if w := s.dec.AdmissionDelay(now); w > 0 {
 			t := time.NewTimer(w)
 			select {
 			case <-ctx.Done():

@@ -1,17 +1,21 @@
 package routing
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Decisions in one instant (POLICIES.md, "Bursts"). Replicas with the same view that decide in
 // the same instant cannot see each other: a peer's decision reaches this router a share delay
 // later, and its load report later still. Without more, the cheapest node of a shared view takes
 // the whole burst (a herd), where one router, seeing its own in-flight work after each choice,
 // would have spread it. A router can, however, learn after the fact how many decisions its peers
-// took unseen around its own: the peer decisions it receives within ConcurrencyWindow after each
-// of its decisions. concurrency keeps that count's moving average; the policy spreads a request
-// over the nodes a burst of that size would fill (prefixMesh.spread) once the average says
-// decisions arrive together, and chooses the cheapest node exactly otherwise, so smooth traffic
-// is routed as before.
+// took beside its own: the peer decisions it receives within a window around each of its
+// decisions. concurrency keeps that count's moving average and the rate of peer decisions; when
+// the count stands well above what decisions arriving at random at that rate would give, the
+// router is in bursts, and it waits its turn before deciding (Decider.AdmissionDelay), so the
+// replicas decide one after another as one router would. Smooth traffic, however fast, is routed
+// at once.
 
 // DefaultConcurrencyWindow is how long after one of its decisions a router counts peers'
 // decisions as taken unseen beside it: a few memberlist datagram latencies inside a cluster.
@@ -38,6 +42,10 @@ type concurrency struct {
 	n      int
 	est    float64 // unseen: peer decisions received within window after an own decision
 	burst  float64 // peer decisions received within window + stagger span either side
+
+	// The rate of peer decisions: a count decayed with concurrencyRateTau, as of rateAt.
+	rate   float64
+	rateAt time.Time
 
 	// The last peer packet, to tell the continuation of a decision split over packets.
 	lastPeer, lastNode string
@@ -119,6 +127,8 @@ func (c *concurrency) peerDecision(peer, node string, offset int, hashes []uint6
 		return false, true
 	}
 	c.settle(now)
+	c.rate = c.rateAt1(now) + 1
+	c.rateAt = now
 	for i := 0; i < c.n; i++ {
 		if o := &c.own[(c.head+i)%concurrencyOwn]; now.After(o.at) {
 			o.peers++
@@ -144,30 +154,53 @@ func (c *concurrency) burstSize(now time.Time) float64 {
 	return c.burst
 }
 
-// DefaultAdmissionSlot is the stagger per expected concurrent decision (AdmissionDelay): a few
-// share latencies, so that two staggered decisions usually fall far enough apart for the first
-// one's shared decision, and the load it carries, to reach the second.
-const DefaultAdmissionSlot = 5 * time.Millisecond
+// concurrencyRateTau is the time constant of the peer decision rate: long beside a burst's
+// instants, short beside a change of load.
+const concurrencyRateTau = 5 * time.Second
 
-// MaxAdmissionDelay bounds the stagger: a burst of ~20 decisions per instant is spread over
-// 100 ms, and more than that is left to the spread and the load guard.
-const MaxAdmissionDelay = 100 * time.Millisecond
-
-// admissionDelay staggers a decision when decisions arrive together: with c expected unseen
-// concurrent decisions, over (c + 1) slots, at a point given by the request's key. Below
-// SpreadMinConcurrency (one router, smooth traffic) it is 0.
-func admissionDelay(c float64, key uint64, slot time.Duration) time.Duration {
-	span := admissionSpan(c, slot)
-	if span <= 0 {
+// rateAt1 is the decayed count of peer decisions as of now.
+func (c *concurrency) rateAt1(now time.Time) float64 {
+	if c.rate == 0 {
 		return 0
 	}
-	return time.Duration(mix64(key) % uint64(span))
+	return c.rate * math.Exp(-now.Sub(c.rateAt).Seconds()/concurrencyRateTau.Seconds())
 }
 
-// admissionSpan is the stagger's span with c expected concurrent decisions.
-func admissionSpan(c float64, slot time.Duration) time.Duration {
-	if c < SpreadMinConcurrency || slot <= 0 {
+// burstRatio is how many times more peer decisions fall within a decision's burst window (span
+// plus the window, either side) than decisions arriving at random at the peers' rate would put
+// there.
+const burstRatio = 2
+
+// bursting reports whether decisions come in bursts: the burst average is at least
+// SpreadMinConcurrency and burstRatio times what the peers' rate alone would give in the same
+// window. Fast smooth traffic has many peer decisions near each own one, but no more than its
+// rate says.
+func (c *concurrency) bursting(now time.Time, span time.Duration) bool {
+	b := c.burstSize(now)
+	random := c.rateAt1(now) / concurrencyRateTau.Seconds() * 2 * (c.window + span).Seconds()
+	return b >= SpreadMinConcurrency && b >= burstRatio*random
+}
+
+// DefaultAdmissionSlot is the wait per router ahead in the stagger (AdmissionDelay): a few share
+// latencies, so that a router's decisions reach the next one, with the load they carry, before
+// it decides.
+const DefaultAdmissionSlot = 5 * time.Millisecond
+
+// MaxAdmissionDelay bounds the stagger: beyond 20 routers the slot shrinks to fit.
+const MaxAdmissionDelay = 100 * time.Millisecond
+
+// admissionSpan is the stagger's span with peers other routers: the last one's wait.
+func admissionSpan(peers int, slot time.Duration) time.Duration {
+	if peers <= 0 || slot <= 0 {
 		return 0
 	}
-	return min(time.Duration((c+1)*float64(slot)), MaxAdmissionDelay)
+	return min(time.Duration(peers)*slot, MaxAdmissionDelay)
+}
+
+// admissionDelay is the wait of the router ranked rank (0 first) among peers + 1 routers.
+func admissionDelay(rank, peers int, slot time.Duration) time.Duration {
+	if rank <= 0 || peers <= 0 {
+		return 0
+	}
+	return admissionSpan(peers, slot) * time.Duration(rank) / time.Duration(peers)
 }

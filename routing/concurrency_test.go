@@ -63,40 +63,71 @@ func TestSpreadWaterFills(t *testing.T) {
 	}
 }
 
-// A fresh decider (one router, or no bursts seen) never delays; once its peers' decisions come
-// in the same instants as its own, it staggers within the span.
-func TestAdmissionDelay(t *testing.T) {
+// A router staggers only in bursts, and then by its name's rank among the routers: with seven
+// peers and the default 5 ms slot the span is 35 ms, and the fourth router by name waits 3 of
+// its 7 slots. A router without a name (not sharing) never waits.
+func TestAdmissionDelayTakesTurnsInBursts(t *testing.T) {
 	d, _ := testDecider(t, DeciderConfig{})
+	d.SetRouterID("router-3")
 	now := time.Unix(100, 0)
-	req := &DecideRequest{Tokens: seqTokens(64, 1)}
-	if w := d.AdmissionDelay(req, now); w != 0 {
+	if w := d.AdmissionDelay(now); w != 0 {
 		t.Fatalf("fresh decider delays %v", w)
 	}
-	for i := range 40 { // bursts: each own decision beside 7 peers' decisions
+	peers := []string{"router-0", "router-1", "router-2", "router-4", "router-5", "router-6", "router-7"}
+	for i := range 40 { // bursts every second: each own decision beside 7 peers' decisions
 		at := now.Add(time.Duration(i) * time.Second)
+		for _, p := range peers {
+			d.SetPeerLoad(p, 0, 1, nil, at)
+		}
 		var c Choice
 		if err := d.Decide(&DecideRequest{Tokens: seqTokens(64, uint32(1000*i))}, candidates(), at, CommitRecord, &c); err != nil {
 			t.Fatal(err)
 		}
-		for p := range 7 {
-			d.PeerDecision("r"+string(rune('0'+p)), "a", 0, []uint64{uint64(i*100 + p)}, at.Add(time.Millisecond))
+		for p, id := range peers {
+			d.PeerDecision(id, "a", 0, []uint64{uint64(i*100 + p)}, at.Add(time.Millisecond))
 		}
 	}
-	later := now.Add(time.Minute)
-	c := d.Concurrency(later)
-	span := admissionSpan(d.conc.burstSize(later), d.slot)
-	if c < SpreadMinConcurrency || span <= 0 || span > MaxAdmissionDelay {
-		t.Fatalf("concurrency %.2f, span %v", c, span)
+	later := now.Add(39*time.Second + 500*time.Millisecond)
+	if w := d.AdmissionDelay(later); w != 15*time.Millisecond {
+		t.Fatalf("delay %v in bursts, want 15ms (rank 3 of 8 routers, 5 ms slots)", w)
 	}
-	seen := map[time.Duration]bool{}
-	for range 32 {
-		w := d.AdmissionDelay(req, later)
-		if w < 0 || w >= span {
-			t.Fatalf("delay %v outside [0, %v)", w, span)
+	d.SetRouterID("")
+	if w := d.AdmissionDelay(later); w != 0 {
+		t.Fatalf("a router without a name delays %v", w)
+	}
+}
+
+// Fast smooth traffic puts many peer decisions near each own one, but no more than its rate
+// does: no stagger. The same number of peer decisions in bursts is staggered.
+func TestAdmissionDelayIgnoresFastSmoothTraffic(t *testing.T) {
+	for _, bursty := range []bool{false, true} {
+		d, _ := testDecider(t, DeciderConfig{})
+		d.SetRouterID("z") // last by name: any stagger shows
+		now := time.Unix(100, 0)
+		// 500 peer decisions a second, two peers; one own decision every 10 ms.
+		for i := range 2000 {
+			at := now.Add(time.Duration(i) * 2 * time.Millisecond)
+			if bursty { // the same decisions, 100 at a time every 200 ms
+				at = now.Add(time.Duration(i/100) * 200 * time.Millisecond)
+			}
+			if i%50 == 0 {
+				d.SetPeerLoad("a", 0, 1, nil, at)
+				d.SetPeerLoad("b", 0, 1, nil, at)
+			}
+			d.PeerDecision([]string{"a", "b"}[i%2], "a", 0, []uint64{uint64(i)}, at)
+			if i%5 == 0 {
+				var c Choice
+				if err := d.Decide(&DecideRequest{Tokens: seqTokens(64, uint32(1000*i))}, candidates(), at, CommitRecord, &c); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
-		seen[w] = true
-	}
-	if len(seen) < 8 {
-		t.Fatalf("32 admissions took only %d distinct delays", len(seen))
+		w := d.AdmissionDelay(now.Add(4 * time.Second))
+		if bursty && w != 10*time.Millisecond {
+			t.Fatalf("bursts: delay %v, want 10ms (last of 3 routers)", w)
+		}
+		if !bursty && w != 0 {
+			t.Fatalf("smooth traffic at 500 decisions/s: delay %v, want none", w)
+		}
 	}
 }

@@ -33,7 +33,8 @@ type Decider struct {
 	own    map[string]*InFlight
 	peers  peerLoads
 	conc   concurrency
-	slot   time.Duration // AdmissionDelay's stagger per expected concurrent decision
+	slot   time.Duration // AdmissionDelay's wait per router ahead
+	id     string        // the name peers know this router by (SetRouterID): its stagger rank
 	spread bool          // pass the learned concurrency to the policy
 
 	pending []*Ticket // committed requests before their first token, in a deterministic order
@@ -44,9 +45,8 @@ type Decider struct {
 	learned map[string]*ttftLearner
 	fleet   ttftLearner
 	noLearn bool
+	outbox  ttftOutbox // first tokens for the peers (decider_ttft.go)
 	pcfg    PolicyConfig
-
-	admitted atomic.Uint64 // AdmissionDelay calls, part of the stagger key
 
 	// commits counts decisions committed (Begin or Record): a decision that estimated before
 	// another committed estimates again under mu.
@@ -116,7 +116,7 @@ type DeciderConfig struct {
 	// ConcurrencyWindow is how long after each of its decisions this router counts its peers'
 	// decisions as taken unseen beside it (concurrency.go; DefaultConcurrencyWindow when 0).
 	ConcurrencyWindow time.Duration
-	// AdmissionSlot is AdmissionDelay's stagger per expected concurrent decision
+	// AdmissionSlot is AdmissionDelay's wait per router ahead in the stagger
 	// (DefaultAdmissionSlot when 0; negative disables the stagger).
 	AdmissionSlot time.Duration
 	// NoTTFTLearning keeps every node at the prior fit (TTFTFit's zero value: the nominal
@@ -266,7 +266,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	if d.spread {
 		rq.Concurrency = d.conc.estimate(now)
 	}
-	span := admissionSpan(d.conc.burstSize(now), d.slot)
+	span := admissionSpan(d.peers.peers(), d.slot)
 	// Keep the candidates under the cap; orig maps the kept ones back to the caller's indices.
 	c.orig = c.orig[:0]
 	kept := 0
@@ -407,34 +407,37 @@ func (d *Decider) estimate(hashes []uint64, ids []string, blocks, iblocks []int,
 	}
 }
 
-// AdmissionDelay is how long the caller should wait before deciding req at now: 0 unless this
-// router has learned that its peers decide in the same instants as it does (bursts: a trace's
-// simultaneous arrivals, an agent's fan-out, a batch job), and then a stagger over a few share
-// latencies per expected concurrent decision (at most MaxAdmissionDelay) chosen by the request,
-// so that the replicas' decisions in one instant come one after the other and each sees the
-// others' shared decisions and load, as one router deciding them in turn would. Routers that
-// wait call Decide afterwards with the later time; callers that cannot wait skip it.
-func (d *Decider) AdmissionDelay(req *DecideRequest, now time.Time) time.Duration {
+// AdmissionDelay is how long the caller should wait before deciding a request that arrived at
+// now: 0 unless this router has learned that its peers decide in bursts, in the same instants
+// as it does (a trace's simultaneous arrivals, an agent's fan-out, a batch job), and then its
+// turn in a stagger of the routers by name (SetRouterID), one slot (a few share latencies) per
+// router ahead of it, at most MaxAdmissionDelay. In a burst the routers then decide one after
+// another, each seeing the decisions and load the ones before it shared, as one router deciding
+// the burst in turn would; a router's own requests in the burst are decided together, each
+// seeing the ones before it. Routers that wait call Decide afterwards with the later time;
+// callers that cannot wait skip it.
+func (d *Decider) AdmissionDelay(now time.Time) time.Duration {
 	if d.slot <= 0 {
 		return 0
 	}
 	d.mu.Lock()
-	c := d.conc.burstSize(now)
-	d.mu.Unlock()
-	if c < SpreadMinConcurrency {
+	defer d.mu.Unlock()
+	if d.id == "" {
+		return 0 // not sharing: no peers to take turns with
+	}
+	peers := d.peers.peers()
+	if !d.conc.bursting(now, admissionSpan(peers, d.slot)) {
 		return 0
 	}
-	return admissionDelay(c, admissionKey(req, d.admitted.Add(1)), d.slot)
+	return admissionDelay(d.peers.rank(d.id), peers, d.slot)
 }
 
-// admissionKey is a request's stagger key: its length, a few of its tokens and the decider's
-// count of admissions, cheap (no hashing of the prompt) and deterministic.
-func admissionKey(req *DecideRequest, seq uint64) uint64 {
-	k := uint64(len(req.Tokens))<<40 ^ seq ^ req.SessionKey
-	if n := len(req.Tokens); n > 0 {
-		k ^= mix64(uint64(req.Tokens[0]) | uint64(req.Tokens[n/2])<<20 | uint64(req.Tokens[n-1])<<40)
-	}
-	return k
+// SetRouterID names this router as its peers know it (the sharer's router id), which orders
+// the routers' turns in a burst (AdmissionDelay). Call before deciding.
+func (d *Decider) SetRouterID(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.id = id
 }
 
 // Concurrency returns how many decisions this router expects its peers to take, unseen, beside
@@ -654,59 +657,6 @@ func (d *Decider) beginLocked(node string, load InFlight, hold []uint64, now tim
 	}
 	d.commits.Add(1)
 	return t
-}
-
-// observeTTFT teaches the chosen node's learner the ticket's first token at now. Callers hold
-// d.mu.
-func (d *Decider) observeTTFT(t *Ticket, now time.Time) {
-	if d.noLearn || t.decided.IsZero() {
-		return // learning off, or a tracked request (Track): no decision whose features it has
-	}
-	if !d.index.Has(t.node) {
-		return // the node left (ForgetNode dropped its learner): do not bring it back
-	}
-	l := d.learned[t.node]
-	if l == nil {
-		l = new(ttftLearner)
-		d.learned[t.node] = l
-	}
-	y := now.Sub(t.decided).Seconds()
-	d.fleet.observe(t.work, t.seqs, y, TTFTFit{}, ttftPrior, ttftFleetMemory)
-	l.observe(t.work, t.seqs, y, d.fleet.fit, ttftNodePrior, ttftNodeMemory)
-}
-
-// LearnedTTFT is what this router has learned of node's time to first token: the node's own fit,
-// else the fleet's (the zero fit before any first token).
-func (d *Decider) LearnedTTFT(node string) TTFTFit {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	f := d.fleet.fit
-	if l := d.learned[node]; l != nil {
-		f = l.fit
-	}
-	f.FleetScale = d.fleet.fit.PrefillScale()
-	return f
-}
-
-// NodeTTFT is one node's learned fit (AppendLearnedTTFT).
-type NodeTTFT struct {
-	Node string
-	Fit  TTFTFit
-}
-
-// AppendLearnedTTFT appends every node fit this router holds, in no particular order, and
-// returns the fleet fit.
-func (d *Decider) AppendLearnedTTFT(dst []NodeTTFT) ([]NodeTTFT, TTFTFit) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	fleet := d.fleet.fit
-	fleet.FleetScale = fleet.PrefillScale()
-	for id, l := range d.learned {
-		f := l.fit
-		f.FleetScale = fleet.FleetScale
-		dst = append(dst, NodeTTFT{Node: id, Fit: f})
-	}
-	return dst, fleet
 }
 
 // blockSizeOf is the node's block size, 16 (vLLM's default) when it did not report one.

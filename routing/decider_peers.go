@@ -35,6 +35,7 @@ const maxPeers = 256
 type peerLoads struct {
 	ttl    time.Duration
 	byPeer map[peerPart]*peerReport
+	n      int // peers in byPeer (their part 0)
 	sums   map[string]*InFlight
 	// prov is, per peer, the load of the decisions it shared since its last load report:
 	// counted at decision-packet latency rather than at the next report, which replaces it.
@@ -120,8 +121,7 @@ func (p *peerLoads) set(peer string, part, parts int, loads []NodeInFlight, at t
 	}
 	for k, r := range p.byPeer { // a report that shrank to fewer packets: the rest are gone
 		if k.peer == peer && k.part >= parts && !at.Before(r.at) {
-			p.unapply(r)
-			delete(p.byPeer, k)
+			p.remove(k, r)
 		}
 	}
 	key := peerPart{peer, part}
@@ -132,6 +132,9 @@ func (p *peerLoads) set(peer string, part, parts int, loads []NodeInFlight, at t
 		}
 		r = &peerReport{}
 		p.byPeer[key] = r
+		if part == 0 {
+			p.n++
+		}
 	} else {
 		if at.Before(r.at) {
 			return true // an older report overtaken by a newer one
@@ -160,20 +163,30 @@ func (p *peerLoads) forget(peer string) {
 	p.dropProvisional(peer)
 	for k, r := range p.byPeer {
 		if k.peer == peer {
-			p.unapply(r)
-			delete(p.byPeer, k)
+			p.remove(k, r)
 		}
 	}
 }
 
-func (p *peerLoads) peers() int {
-	n := 0
+func (p *peerLoads) remove(k peerPart, r *peerReport) {
+	p.unapply(r)
+	delete(p.byPeer, k)
+	if k.part == 0 {
+		p.n--
+	}
+}
+
+func (p *peerLoads) peers() int { return p.n }
+
+// rank is how many peers' ids sort before id: this router's place in the stagger.
+func (p *peerLoads) rank(id string) int {
+	r := 0
 	for k := range p.byPeer {
-		if k.part == 0 {
-			n++
+		if k.part == 0 && k.peer < id {
+			r++
 		}
 	}
-	return n
+	return r
 }
 
 func (p *peerLoads) expire(now time.Time) {
@@ -182,10 +195,9 @@ func (p *peerLoads) expire(now time.Time) {
 			p.dropProvisional(peer)
 		}
 	}
-	for id, r := range p.byPeer {
+	for k, r := range p.byPeer {
 		if now.Sub(r.at) > p.ttl {
-			p.unapply(r)
-			delete(p.byPeer, id)
+			p.remove(k, r)
 		}
 	}
 }

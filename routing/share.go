@@ -12,6 +12,8 @@ import (
 // the hash count (uvarint) and 8 bytes per hash. A load packet is: type, version, kind, the
 // router id, the report time (8 bytes), its part number and part count (1 byte each), the entry
 // count (uvarint) and per entry the node id and three uvarints (requests, tokens, prefill tokens).
+// A first-token packet is: type, version, kind, the router id, the observation count (uvarint)
+// and per observation the node id and three uvarints (work and TTFT in microseconds, sequences).
 
 // SharePacketBytes is the budget of one share packet: cluster.MaxPacketBytes (one UDP datagram
 // with memberlist's framing).
@@ -103,6 +105,41 @@ func AppendLoadParts(dst []int, routerID string, loads []NodeInFlight) []int {
 	}
 	if used > 0 || len(dst) == 0 {
 		dst = append(dst, len(loads))
+	}
+	return dst
+}
+
+// ttftEntryBytes is one observation's encoded size.
+func ttftEntryBytes(o *TTFTObservation) int {
+	return strLen(o.Node) + uvarintLen(uint64(max(o.Work.Microseconds(), 0))) + uvarintLen(uint64(max(o.Seqs, 0))) +
+		uvarintLen(uint64(max(o.TTFT.Microseconds(), 0)))
+}
+
+// ShareTTFTBytes is the encoded size of a first-token packet with these observations.
+func ShareTTFTBytes(routerID string, obs []TTFTObservation) int {
+	n := 3 + strLen(routerID) + uvarintLen(uint64(len(obs)))
+	for i := range obs {
+		n += ttftEntryBytes(&obs[i])
+	}
+	return n
+}
+
+// AppendTTFTParts splits observations into first-token packets that each fit SharePacketBytes,
+// appending each packet's end index to dst (none for no observations). Each packet stands
+// alone: a lost one costs its peers those observations only.
+func AppendTTFTParts(dst []int, routerID string, obs []TTFTObservation) []int {
+	budget := SharePacketBytes - 3 - strLen(routerID) - 2
+	used := 0
+	for i := range obs {
+		b := ttftEntryBytes(&obs[i])
+		if used+b > budget && used > 0 {
+			dst = append(dst, i)
+			used = 0
+		}
+		used += b
+	}
+	if used > 0 {
+		dst = append(dst, len(obs))
 	}
 	return dst
 }

@@ -137,3 +137,84 @@ func TestDeciderWithoutTTFTLearning(t *testing.T) {
 		t.Fatalf("learned with learning off: %+v", f)
 	}
 }
+
+// A router learns from its peers' first tokens what it would from its own: a router that only
+// receives another's observations ends with the same fits as the router that made them. Only a
+// named (sharing) router keeps observations for its peers, and the outbox keeps the newest
+// ttftOutboxSize of them. Observations of nodes that are not members, or garbage, teach nothing.
+func TestPeerTTFTObservations(t *testing.T) {
+	newDecider := func(id string) *Decider {
+		idx := NewIndex(DefaultIndexConfig())
+		idx.ReplaceNode("fast", 1, 0, nil)
+		idx.ReplaceNode("slow", 2, 0, nil)
+		d, err := NewDecider(idx, nil, mustPolicy(t, PolicyPrefixMesh, DefaultPolicyConfig()), DeciderConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.SetRouterID(id)
+		return d
+	}
+	seer, learner, alone := newDecider("r1"), newDecider("r2"), newDecider("")
+	rate := DefaultPolicyConfig().DefaultPrefillTokensPerSec
+	now := t0
+	var sent []TTFTObservation
+	for i := 0; i < 300; i++ {
+		toks := make([]uint32, 2048+512*(i%16))
+		for j := range toks {
+			toks[j] = uint32(i*100003 + j)
+		}
+		ns := []NodeInfo{{ID: "fast", Alive: true}, {ID: "slow", Alive: true}}[i%2 : i%2+1]
+		speed := 1 - 0.5*float64(i%2)
+		ttft := time.Duration(float64(len(toks)) / (rate * speed) * float64(time.Second))
+		for _, d := range []*Decider{seer, alone} {
+			var c Choice
+			if err := d.Decide(&DecideRequest{Tokens: toks}, ns, now, CommitBegin, &c); err != nil {
+				t.Fatal(err)
+			}
+			c.Ticket.FirstToken(now.Add(ttft))
+			c.Ticket.Done(now.Add(ttft), true)
+		}
+		now = now.Add(ttft + time.Millisecond)
+		if i%40 == 39 || i == 299 { // a share interval
+			sent = seer.AppendTTFTObservations(sent[:0])
+			if n := learner.PeerTTFT(sent); n != len(sent) || n == 0 {
+				t.Fatalf("applied %d of %d observations", n, len(sent))
+			}
+		}
+	}
+	for _, node := range []string{"fast", "slow"} {
+		want, got := seer.LearnedTTFT(node), learner.LearnedTTFT(node)
+		if math.Abs(got.Scale-want.Scale) > 1e-6 || math.Abs(got.Overhead-want.Overhead) > 1e-6 ||
+			math.Abs(got.Samples-want.Samples) > 1e-6 {
+			t.Fatalf("%s: learned from the peer %+v, the peer itself %+v", node, got, want)
+		}
+	}
+	if got := alone.AppendTTFTObservations(nil); len(got) != 0 {
+		t.Fatalf("an unnamed router kept %d observations", len(got))
+	}
+
+	// The outbox keeps the newest ttftOutboxSize.
+	for i := range ttftOutboxSize + 10 {
+		seer.mu.Lock()
+		seer.outbox.push(TTFTObservation{Node: "fast", Seqs: i})
+		seer.mu.Unlock()
+	}
+	got := seer.AppendTTFTObservations(nil)
+	if len(got) != ttftOutboxSize || got[0].Seqs != 10 || got[len(got)-1].Seqs != ttftOutboxSize+9 {
+		t.Fatalf("outbox gave %d, first %d, last %d", len(got), got[0].Seqs, got[len(got)-1].Seqs)
+	}
+
+	before := learner.LearnedTTFT("fast")
+	bad := []TTFTObservation{
+		{Node: "gone", Work: time.Second, TTFT: time.Second},
+		{Node: "fast", Work: -time.Second, TTFT: time.Second},
+		{Node: "fast", Work: time.Second, TTFT: 2 * time.Minute},
+		{Node: "fast", Work: time.Second, Seqs: -1, TTFT: time.Second},
+	}
+	if n := learner.PeerTTFT(bad); n != 0 {
+		t.Fatalf("applied %d bad observations", n)
+	}
+	if after := learner.LearnedTTFT("fast"); after != before {
+		t.Fatalf("bad observations moved the fit: %+v to %+v", before, after)
+	}
+}

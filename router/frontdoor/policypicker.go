@@ -152,10 +152,10 @@ func (p *PolicyPicker) Models() []string {
 func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []string) (Pick, error) {
 	dr := routing.DecideRequest{Tokens: req.Tokens, AdapterID: req.AdapterID, Model: req.Model, SessionKey: req.SessionKey}
 	// When this router has learned that its peers decide in the same instants (bursts), the
-	// decision waits a few milliseconds chosen by the request, so that the replicas' decisions
+	// decision waits this router's turn, a few milliseconds, so that the replicas' decisions
 	// come one after another and each sees the others' (routing.Decider.AdmissionDelay); the
 	// nodes are listed after the wait. A cancelled request stops waiting and is decided at once.
-	waitAdmission(ctx, p.dec.AdmissionDelay(&dr, p.now()))
+	waitAdmission(ctx, p.dec.AdmissionDelay(p.now()))
 	sc, _ := p.scratch.Get().(*pickScratch)
 	if sc == nil {
 		sc = new(pickScratch)

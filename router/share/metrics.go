@@ -7,10 +7,11 @@ import (
 )
 
 type metrics struct {
-	queued, sent, received *prometheus.CounterVec // by kind: decision, load
+	queued, sent, received *prometheus.CounterVec // by kind: decision, load, ttft
 	sentBytes              *prometheus.CounterVec // by kind
 	drops                  *prometheus.CounterVec // by reason
 	forgotten              prometheus.Counter
+	ttftSkipped            prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, dec *routing.Decider) (*metrics, error) {
@@ -36,11 +37,14 @@ func newMetrics(reg prometheus.Registerer, dec *routing.Decider) (*metrics, erro
 		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "prefixmesh_share_peers_forgotten_total", Help: "Peer routers whose load was dropped because they left the membership.",
 		}),
+		ttftSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "prefixmesh_share_ttft_skipped_total", Help: "First-token observations from other routers not learned from: their node is not a member, or the figures are implausible.",
+		}),
 	}
 	peers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "prefixmesh_share_peers", Help: "Other routers whose in-flight load report counts.",
 	}, func() float64 { return float64(dec.Peers()) })
-	for _, c := range []prometheus.Collector{m.queued, m.sent, m.sentBytes, m.received, m.drops, m.forgotten, peers} {
+	for _, c := range []prometheus.Collector{m.queued, m.sent, m.sentBytes, m.received, m.drops, m.forgotten, m.ttftSkipped, peers} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -4,9 +4,11 @@
 // what the chosen node's summary already reports (a few bytes for a cached prefix, up to
 // routing.MaxShareChunks packets for a new one), and every ShareInterval, when its counts changed
 // (and at least every Heartbeat), the router's in-flight load per node goes out as an absolute
-// report. Received decisions enter the decider's overlay with its TTL and received loads its
-// per-peer in-flight table, so every router's overlay and load view include the others' work; what
-// a node caches still comes only from the node. Packets are best-effort memberlist messages
+// report, with the first tokens the router observed since the last tick (what its policy saw and
+// how long each took). Received decisions enter the decider's overlay with its TTL, received
+// loads its per-peer in-flight table and received first tokens its learned TTFT fits, so every
+// router's overlay, load view and fits include the others' work; what a node caches still comes
+// only from the node. Packets are best-effort memberlist messages
 // (cluster.Agent's SendShare), encoded on the request path into pooled buffers and sent by one
 // goroutine from a bounded queue; receipt copies, enqueues on a bounded queue and returns. Both
 // queues drop and count when full: a lost decision costs what the node's summary will say a moment
@@ -108,6 +110,8 @@ type Sharer struct {
 
 	members Membership // nil: peers are forgotten by the TTL only
 	peerIDs []string   // sendLoop's scratch
+	obs     []routing.TTFTObservation
+	parts   []int
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -135,6 +139,7 @@ func New(cfg Config, dec *routing.Decider, tr Transport, reg prometheus.Register
 	dec.SetHooks(routing.DeciderHooks{
 		OnDecision: func(node string, hashes []uint64, indexed int, _ time.Time) { s.decision(node, hashes, indexed) },
 	})
+	dec.SetRouterID(cfg.RouterID)
 	tr.SetShareHandler(s.receive)
 	s.members, _ = tr.(Membership)
 	return s, nil
@@ -236,6 +241,7 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 			// Requests still queued keep being reported so the other routers keep expecting
 			// their prefix as this router does (its overlay holds them until the first token).
 			s.dec.RefreshPending(now, routing.DefaultOverlayTTL/2)
+			s.sendTTFT()
 			loads = s.dec.AppendOwnLoads(loads[:0])
 			parts = routing.AppendLoadParts(parts[:0], s.cfg.RouterID, loads) // sorts loads
 			if !s.decided.Swap(false) && equalLoads(loads, last) && now.Sub(lastSent) < s.cfg.Heartbeat {
@@ -257,6 +263,25 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 				start = end
 			}
 		}
+	}
+}
+
+// sendTTFT sends the first tokens observed since the last tick (sendLoop's goroutine).
+func (s *Sharer) sendTTFT() {
+	s.obs = s.dec.AppendTTFTObservations(s.obs[:0])
+	s.parts = routing.AppendTTFTParts(s.parts[:0], s.cfg.RouterID, s.obs)
+	start := 0
+	for _, end := range s.parts {
+		m := cluster.ShareTTFT{RouterID: s.cfg.RouterID, Obs: s.obs[start:end]}
+		b := s.buf()
+		var err error
+		if *b, err = m.AppendBinary((*b)[:0]); err != nil {
+			s.m.drops.WithLabelValues("encode").Inc()
+		} else {
+			s.send(*b, "ttft")
+		}
+		s.bufs.Put(b)
+		start = end
 	}
 }
 
@@ -300,6 +325,7 @@ func (s *Sharer) send(b []byte, kind string) {
 func (s *Sharer) receiveLoop(ctx context.Context) {
 	var d cluster.ShareDecision
 	var l cluster.ShareLoad
+	var tt cluster.ShareTTFT
 	for {
 		select {
 		case <-ctx.Done():
@@ -333,6 +359,18 @@ func (s *Sharer) receiveLoop(ctx context.Context) {
 					continue
 				}
 				s.m.received.WithLabelValues("load").Inc()
+			case cluster.IsShareTTFT(b):
+				if err := tt.UnmarshalBinary(b); err != nil {
+					s.m.drops.WithLabelValues("decode").Inc()
+					continue
+				}
+				if tt.RouterID == s.cfg.RouterID {
+					continue
+				}
+				if used := s.dec.PeerTTFT(tt.Obs); used < len(tt.Obs) {
+					s.m.ttftSkipped.Add(float64(len(tt.Obs) - used))
+				}
+				s.m.received.WithLabelValues("ttft").Inc()
 			default:
 				s.m.drops.WithLabelValues("decode").Inc()
 			}

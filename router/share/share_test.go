@@ -1,6 +1,7 @@
 package share
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -213,4 +214,62 @@ func TestSharerDropsDecisionsForUnknownNodes(t *testing.T) {
 	if got := testutil.ToFloat64(s1.m.drops.WithLabelValues("unknown_node")); got != 1 {
 		t.Fatalf("unknown_node drops %v, want 1", got)
 	}
+}
+
+// The first tokens one router observes reach the other's learned fits with the next load tick:
+// the peer ends with the same fit as the router that observed them. A peer's observation of a
+// node that is not a member is skipped and counted.
+func TestSharerSharesFirstTokens(t *testing.T) {
+	var b bus
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	idx.ReplaceNode("a", 1, 1, nil)
+	d0, d1 := newDecider(t, idx), newDecider(t, idx)
+	s0, err := New(DefaultConfig("r0"), d0, b.join(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, err := New(DefaultConfig("r1"), d1, b.join(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0.Start(t.Context())
+	s1.Start(t.Context())
+	defer s0.Close()
+	defer s1.Close()
+
+	now := time.Now()
+	for i := range 20 {
+		toks := make([]uint32, 1000+100*i)
+		for j := range toks {
+			toks[j] = uint32(i*10007 + j)
+		}
+		var c routing.Choice
+		if err := d0.Decide(&routing.DecideRequest{Tokens: toks}, []routing.NodeInfo{{ID: "a", Alive: true}}, now, routing.CommitBegin, &c); err != nil {
+			t.Fatal(err)
+		}
+		c.Ticket.FirstToken(now.Add(time.Duration(300+20*i) * time.Millisecond))
+		c.Ticket.Done(now.Add(time.Second), true)
+		now = now.Add(time.Second)
+	}
+	want := d0.LearnedTTFT("a")
+	if !(want.Samples > 19) {
+		t.Fatalf("r0 learned from %.1f first tokens, want 20", want.Samples)
+	}
+	eventually(t, "r1 learns r0's first tokens", func() bool {
+		got := d1.LearnedTTFT("a")
+		return math.Abs(got.Samples-want.Samples) < 1e-9 && math.Abs(got.Scale-want.Scale) < 1e-6 &&
+			math.Abs(got.Overhead-want.Overhead) < 1e-6
+	})
+	if n := testutil.ToFloat64(s1.m.received.WithLabelValues("ttft")); n < 1 {
+		t.Fatalf("received %v ttft packets", n)
+	}
+
+	// An observation of a node r1 does not know is skipped.
+	m := cluster.ShareTTFT{RouterID: "r0", Obs: []routing.TTFTObservation{{Node: "stranger", Work: time.Second, TTFT: time.Second}}}
+	p, err := m.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.receive(p)
+	eventually(t, "the stranger's observation is skipped", func() bool { return testutil.ToFloat64(s1.m.ttftSkipped) == 1 })
 }

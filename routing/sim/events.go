@@ -16,6 +16,7 @@ const (
 	evShareDecision                  // another router's decision reaches router (msg)
 	evShareLoad                      // another router's load report reaches router (msg)
 	evShareTick                      // router checks its own load and reports it if it changed
+	evShareTTFT                      // another router's first-token observations reach router (msg)
 	evDecide                         // a request's router decides after its admission delay (req)
 )
 

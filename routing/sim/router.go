@@ -32,6 +32,7 @@ type router struct {
 	loads    []routing.NodeInFlight // scratch for load reports
 	lastLoad []routing.NodeInFlight // the last load report sent
 	lastSent time.Duration
+	ttft     []routing.TTFTObservation // scratch for first-token packets
 }
 
 func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
@@ -48,6 +49,9 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 		return nil, err
 	}
 	rt.dec = d
+	if s.sharing() {
+		d.SetRouterID(rt.id)
+	}
 	for i, n := range s.nodes {
 		// At join the router knows each node is empty and idle, and its capacity (metadata).
 		rt.index.ReplaceNode(n.id, n.epoch, 0, nil)
@@ -179,6 +183,18 @@ func (rt *router) shareTick(s *Sim) {
 			s.sendToPeers(rt, m, int64(routing.ShareLoadBytes(rt.id, msg.loads)), evShareLoad)
 			start = end
 		}
+	}
+	// First tokens observed since the last tick, as router/share sends them.
+	rt.ttft = rt.dec.AppendTTFTObservations(rt.ttft[:0])
+	s.parts = routing.AppendTTFTParts(s.parts[:0], rt.id, rt.ttft)
+	start := 0
+	for _, end := range s.parts {
+		m := s.newMessage(0)
+		msg := &s.msgs[m]
+		msg.peer = rt.idx
+		msg.ttft = append(msg.ttft[:0], rt.ttft[start:end]...)
+		s.sendToPeers(rt, m, int64(routing.ShareTTFTBytes(rt.id, msg.ttft)), evShareTTFT)
+		start = end
 	}
 	if s.running() {
 		s.q.schedule(event{at: s.q.now + s.cfg.ShareInterval, kind: evShareTick, router: rt.idx})

@@ -177,6 +177,7 @@ type message struct {
 	offset      int // of hashes[0] in the request's chain
 	loads       []routing.NodeInFlight
 	part, parts int
+	ttft        []routing.TTFTObservation
 }
 
 // Sim is one policy's run over a trace. It is single-threaded and deterministic.
@@ -345,6 +346,9 @@ func (s *Sim) Run() (Result, error) {
 			m := &s.msgs[e.msg]
 			s.routers[e.router].dec.SetPeerLoad(s.routers[m.peer].id, m.part, m.parts, m.loads, now)
 			s.release(e.msg)
+		case evShareTTFT:
+			s.routers[e.router].dec.PeerTTFT(s.msgs[e.msg].ttft)
+			s.release(e.msg)
 		case evShareTick:
 			s.routers[e.router].shareTick(s)
 		}
@@ -382,8 +386,7 @@ func (s *Sim) admit(r int) time.Duration {
 	if s.cfg.NoAdmissionDelay {
 		return 0
 	}
-	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
-	return s.routers[ri].dec.AdmissionDelay(&dr, epoch0.Add(s.q.now))
+	return s.routers[ri].dec.AdmissionDelay(epoch0.Add(s.q.now))
 }
 
 // route has request r's router choose a node; the request joins that node.
