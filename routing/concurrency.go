@@ -1,9 +1,6 @@
 package routing
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // Decisions in one instant (POLICIES.md, "Bursts"). Replicas with the same view that decide in
 // the same instant cannot see each other: a peer's decision reaches this router a share delay
@@ -11,11 +8,12 @@ import (
 // the whole burst (a herd), where one router, seeing its own in-flight work after each choice,
 // would have spread it. A router can, however, learn after the fact how many decisions its peers
 // took beside its own: the peer decisions it receives within a window around each of its
-// decisions. concurrency keeps that count's moving average and the rate of peer decisions; when
-// the count stands well above what decisions arriving at random at that rate would give, the
-// router is in bursts, and it waits its turn before deciding (Decider.AdmissionDelay), so the
-// replicas decide one after another as one router would. Smooth traffic, however fast, is routed
-// at once.
+// decisions. concurrency keeps that count's moving average and, beside it, the count within a
+// window ten times as wide; when the narrow count stands well above its share of the wide one
+// (what decisions arriving at random at the local rate would give), the router is in bursts,
+// and it waits its turn before deciding (Decider.AdmissionDelay), so the replicas decide one
+// after another as one router would. Smooth traffic, however fast, and a rate that swings over
+// seconds are routed at once.
 
 // DefaultConcurrencyWindow is how long after one of its decisions a router counts peers'
 // decisions as taken unseen beside it: a few memberlist datagram latencies inside a cluster.
@@ -42,10 +40,7 @@ type concurrency struct {
 	n      int
 	est    float64 // unseen: peer decisions received within window after an own decision
 	burst  float64 // peer decisions received within window + stagger span either side
-
-	// The rate of peer decisions: a count decayed with concurrencyRateTau, as of rateAt.
-	rate   float64
-	rateAt time.Time
+	wide   float64 // peer decisions received within concurrencyWide times that after
 
 	// The last peer packet, to tell the continuation of a decision split over packets.
 	lastPeer, lastNode string
@@ -67,24 +62,35 @@ type ownDecision struct {
 	window time.Duration // this decision's burst window: the base window plus the stagger span then
 	peers  int           // peer decisions received within window of at, either side
 	unseen int           // of them, received within the base window after at
+	wide   int           // peer decisions received within concurrencyWide × window after at
 }
+
+// concurrencyWide is how many burst windows wide the window of the local rate is.
+const concurrencyWide = 10
 
 type seenDecision struct {
 	key uint64
 	at  time.Time
 }
 
-// settle folds every own decision whose window has closed at now into the average.
+// settle folds every own decision whose wide window has closed at now into the averages.
 func (c *concurrency) settle(now time.Time) {
-	for c.n > 0 && now.Sub(c.own[c.head].at) > c.own[c.head].window {
-		c.fold()
+	for c.n > 0 && now.Sub(c.own[c.head].at) > concurrencyWide*c.own[c.head].window {
+		c.fold(now)
 	}
 }
 
-func (c *concurrency) fold() {
+// fold moves the oldest own decision into the averages. One folded early (more own decisions
+// than the buffer holds within a wide window) has its wide count scaled up to the whole window.
+func (c *concurrency) fold(now time.Time) {
 	o := &c.own[c.head]
+	wide := float64(o.wide)
+	if ww, el := concurrencyWide*o.window, now.Sub(o.at); el > o.window && el < ww {
+		wide *= float64(ww) / float64(el)
+	}
 	c.est += concurrencyAlpha * (float64(o.unseen) - c.est)
 	c.burst += concurrencyAlpha * (float64(o.peers) - c.burst)
+	c.wide += concurrencyAlpha * (wide - c.wide)
 	c.head = (c.head + 1) % concurrencyOwn
 	c.n--
 }
@@ -95,7 +101,7 @@ func (c *concurrency) fold() {
 func (c *concurrency) ownDecision(now time.Time, span time.Duration) {
 	c.settle(now)
 	if c.n == concurrencyOwn {
-		c.fold()
+		c.fold(now)
 	}
 	w := c.window + span
 	before := 0
@@ -127,11 +133,12 @@ func (c *concurrency) peerDecision(peer, node string, offset int, hashes []uint6
 		return false, true
 	}
 	c.settle(now)
-	c.rate = c.rateAt1(now) + 1
-	c.rateAt = now
 	for i := 0; i < c.n; i++ {
 		if o := &c.own[(c.head+i)%concurrencyOwn]; now.After(o.at) {
-			o.peers++
+			o.wide++
+			if now.Sub(o.at) <= o.window {
+				o.peers++
+			}
 			if now.Sub(o.at) <= c.window {
 				o.unseen++
 			}
@@ -154,30 +161,17 @@ func (c *concurrency) burstSize(now time.Time) float64 {
 	return c.burst
 }
 
-// concurrencyRateTau is the time constant of the peer decision rate: long beside a burst's
-// instants, short beside a change of load.
-const concurrencyRateTau = 5 * time.Second
-
-// rateAt1 is the decayed count of peer decisions as of now.
-func (c *concurrency) rateAt1(now time.Time) float64 {
-	if c.rate == 0 {
-		return 0
-	}
-	return c.rate * math.Exp(-now.Sub(c.rateAt).Seconds()/concurrencyRateTau.Seconds())
-}
-
-// burstRatio is how many times more peer decisions fall within a decision's burst window (span
-// plus the window, either side) than decisions arriving at random at the peers' rate would put
-// there.
+// burstRatio is how many times more peer decisions must fall within a decision's burst window
+// (span plus the window, either side) than its share of the wide window's (what decisions
+// arriving at random at the local rate would put there) for the router to be in bursts.
 const burstRatio = 2
 
 // bursting reports whether decisions come in bursts: the burst average is at least
-// SpreadMinConcurrency and burstRatio times what the peers' rate alone would give in the same
-// window. Fast smooth traffic has many peer decisions near each own one, but no more than its
-// rate says.
-func (c *concurrency) bursting(now time.Time, span time.Duration) bool {
+// SpreadMinConcurrency and burstRatio times its share of the wide average. Fast smooth traffic
+// has many peer decisions near each own one, but no more than its local rate says.
+func (c *concurrency) bursting(now time.Time) bool {
 	b := c.burstSize(now)
-	random := c.rateAt1(now) / concurrencyRateTau.Seconds() * 2 * (c.window + span).Seconds()
+	random := c.wide * 2 / concurrencyWide
 	return b >= SpreadMinConcurrency && b >= burstRatio*random
 }
 

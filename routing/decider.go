@@ -426,7 +426,7 @@ func (d *Decider) AdmissionDelay(now time.Time) time.Duration {
 		return 0 // not sharing: no peers to take turns with
 	}
 	peers := d.peers.peers()
-	if !d.conc.bursting(now, admissionSpan(peers, d.slot)) {
+	if !d.conc.bursting(now) {
 		return 0
 	}
 	return admissionDelay(d.peers.rank(d.id), peers, d.slot)

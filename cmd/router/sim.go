@@ -47,6 +47,7 @@ type simFlags struct {
 	loadFactor, missPenalty                   float64
 	seed                                      uint64
 	noStagger, spread                         bool
+	slot                                      time.Duration
 	nodeSpeeds                                string
 	noLearn                                   bool
 	delay, repairDelay, arrivalQuantum        time.Duration
@@ -116,6 +117,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.systemPrompts, "azure-system-prompts", rdef.SystemPrompts, "Azure: shared system prompts laid over the trace (0: no synthetic prefix structure)")
 	fs.Float64Var(&f.sessions, "azure-session-share", rdef.SessionShare, "Azure: share of requests continuing a recent conversation")
 	fs.DurationVar(&f.arrivalQuantum, "arrival-quantum", 0, "round every arrival down to a multiple of this (after --speed), replaying bursts of simultaneous requests from any trace; 0: as recorded")
+	fs.DurationVar(&f.slot, "admission-slot", routing.DefaultAdmissionSlot, "in bursts, each router waits this long per router whose id sorts before its own, so the routers decide in turn")
 	fs.BoolVar(&f.noStagger, "no-burst-stagger", false, "routers decide the instant a request arrives, even when they have learned that their peers decide in the same instants (measures the stagger)")
 	fs.BoolVar(&f.spread, "burst-spread", false, "prefixmesh spreads a request over the nodes a burst would fill when the routers have learned that decisions arrive together (off by default; measures the spread)")
 	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 = arrivals twice as fast)")
@@ -176,6 +178,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
 	cfg.ShareDelay, cfg.ShareLoss, cfg.ShareInterval, cfg.LoadInterval = f.shareDelay, f.shareLoss, f.shareInterval, f.loadInterval
 	cfg.NoAdmissionDelay, cfg.Spread, cfg.NoTTFTLearning = f.noStagger, f.spread, f.noLearn
+	cfg.AdmissionSlot = f.slot
 	if f.nodeSpeeds != "" {
 		for _, p := range strings.Split(f.nodeSpeeds, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
@@ -440,7 +443,7 @@ func writeTable(w io.Writer, rep *simReport) {
 	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g%s\n\n",
 		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss, quantum)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\trouters\tsharing\thit %\tvs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\t")
+	fmt.Fprintln(tw, "policy\trouters\tsharing\thit %\tvs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\tstaggered %\tstagger ms\t")
 	pooled := rep.Reference.PooledLRUHitRatio
 	for _, r := range rep.Policies {
 		vs := "-"
@@ -454,9 +457,9 @@ func writeTable(w io.Writer, rep *simReport) {
 				share = "on"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%.0f\t\n", r.Name, r.Routers, share, 100*r.HitRatio, vs,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", r.Name, r.Routers, share, 100*r.HitRatio, vs,
 			r.TTFTMean, r.TTFTP50, r.TTFTP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens,
-			r.ShareBytesPerRouterPerSec)
+			r.ShareBytesPerRouterPerSec, 100*r.StaggeredShare, r.StaggerMeanMs)
 	}
 	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t\t\t%.2f\t100.0%%\t\t\t\t\t\t\t\t\t\t\n", 100*pooled)
 	fmt.Fprintf(tw, "infinite cache (bound)\t\t\t%.2f\t\t\t\t\t\t\t\t\t\t\t\n", 100*rep.Reference.InfiniteHitRatio)

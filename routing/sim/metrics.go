@@ -28,6 +28,10 @@ type Result struct {
 	ShareMessages                int64   `json:"share_messages"`
 	ShareLost                    int64   `json:"share_lost"`
 	Repairs                      int     `json:"repairs"` // full-summary pulls after a gap, all routers
+	// The burst stagger (routing.Decider.AdmissionDelay): the share of requests whose router
+	// waited its turn before deciding, and the mean wait over all requests (part of the TTFT).
+	StaggeredShare float64 `json:"staggered_share"`
+	StaggerMeanMs  float64 `json:"stagger_mean_ms"`
 
 	// Not part of the JSON contract: detail for tables, plots and tests.
 	Served   int       `json:"-"` // requests that produced a first token
@@ -73,6 +77,8 @@ type collector struct {
 	estimates, exact            int
 	absErr                      int64
 	rejected                    int
+	staggered                   int
+	staggerWait                 time.Duration
 }
 
 func (c *collector) estimate(est, actual int) {
@@ -97,6 +103,10 @@ func (c *collector) result(name string, prefill, peak []float64) Result {
 	r.E2EMean = mean(c.e2e)
 	r.ImbalancePrefill = Imbalance(prefill)
 	r.ImbalanceInFlight = Imbalance(peak)
+	if n := len(c.ttft) + c.rejected; n > 0 {
+		r.StaggeredShare = float64(c.staggered) / float64(n)
+		r.StaggerMeanMs = float64(c.staggerWait) / float64(time.Millisecond) / float64(n)
+	}
 	if c.estimates > 0 {
 		r.EstimateExactShare = float64(c.exact) / float64(c.estimates)
 		r.EstimateMAETokens = float64(c.absErr) / float64(c.estimates)

@@ -44,7 +44,7 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 			s.shareDecision(rt, node, hashes, indexed)
 		}
 	}
-	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{Hooks: hooks, Spread: s.cfg.Spread, NoTTFTLearning: s.cfg.NoTTFTLearning})
+	d, err := routing.NewDecider(rt.index, routing.NewOverlay(s.cfg.OverlayTTL, s.cfg.OverlayMax), p, routing.DeciderConfig{AdmissionSlot: s.cfg.AdmissionSlot, Hooks: hooks, Spread: s.cfg.Spread, NoTTFTLearning: s.cfg.NoTTFTLearning})
 	if err != nil {
 		return nil, err
 	}

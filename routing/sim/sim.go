@@ -79,6 +79,9 @@ type Config struct {
 	// NoAdmissionDelay turns off the routers' stagger of bursts (routing.Decider.AdmissionDelay),
 	// to measure what it does; off, a router decides the instant a request arrives.
 	NoAdmissionDelay bool
+	// AdmissionSlot is the stagger's wait per router ahead (routing.DeciderConfig.AdmissionSlot;
+	// 0: routing.DefaultAdmissionSlot).
+	AdmissionSlot time.Duration
 	// NoTTFTLearning keeps the routers from learning each node's TTFT from its first tokens
 	// (routing.DeciderConfig.NoTTFTLearning).
 	NoTTFTLearning bool
@@ -302,6 +305,8 @@ func (s *Sim) Run() (Result, error) {
 		case evArrive, evDecide:
 			if e.kind == evArrive {
 				if w := s.admit(e.req); w > 0 { // the router staggers a burst (Decider.AdmissionDelay)
+					s.col.staggered++
+					s.col.staggerWait += w
 					s.q.schedule(event{at: s.q.now + w, kind: evDecide, req: e.req})
 					continue
 				}
