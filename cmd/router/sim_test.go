@@ -57,12 +57,12 @@ func TestSimDeterministicJSON(t *testing.T) {
 	for _, k := range []string{"name", "hit_ratio", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "e2e_mean_s",
 		"imbalance_prefill", "imbalance_inflight", "estimate_exact_share", "estimate_mae_tokens",
 		"routers", "sharing", "share_bytes_per_router_per_s", "node_gossip_bytes_per_node_per_s", "share_messages",
-		"share_lost", "repairs"} {
+		"share_lost", "repairs", "staggered_share", "stagger_mean_ms"} {
 		if _, ok := doc.Policies[0][k]; !ok {
 			t.Fatalf("policy row lacks %q: %v", k, doc.Policies[0])
 		}
 	}
-	if len(doc.Policies[0]) != 17 || len(doc.Ref) != 2 {
+	if len(doc.Policies[0]) != 19 || len(doc.Ref) != 2 {
 		t.Fatalf("unexpected keys: %v %v", doc.Policies[0], doc.Ref)
 	}
 	for _, want := range []string{"prefixmesh", "dynamo-cost", "pooled LRU (reference, not a bound)", "infinite cache (bound)"} {
