@@ -2,10 +2,12 @@
 # Regenerates the simulator figures that README.md and routing/POLICIES.md quote: every trace in
 # data/traces as recorded (every policy) and with arrivals rounded to 1 s and 3 s (the policies
 # that compete: prefixmesh, least-loaded, sglang-gate, dynamo-cost), one router and eight
-# sharing, at 8 nodes; the Mooncake trace at 64 nodes (8× speed); and the Mooncake trace with
-# every fourth node at half speed (the routers are not told). One JSON file and one table per
-# run in ${OUT:-docs/sim}, named trace_quantum[_variant]; a run whose JSON exists is skipped, so
-# an interrupted regeneration resumes. Takes one to two hours on two cores.
+# sharing, at 8 nodes; every trace at 64 nodes (eight times the 8-node speed) the same way; the
+# Mooncake trace with every fourth node at half speed (the routers are not told); and, to show
+# how much one run of the Azure traces moves with the synthetic prefixes laid over them,
+# prefixmesh on each as recorded with four other seeds. One JSON file and one table per run in
+# ${OUT:-docs/sim}, named trace_quantum[_variant]; a run whose JSON exists is skipped, so an
+# interrupted regeneration resumes. Takes about 25 minutes on two cores.
 # Usage: scripts/sim-tables.sh [extra router sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,4 +40,12 @@ for q in 1s 3s; do
 done
 for q in 0 1s 3s; do
   run "fleet64_q$q" --policies prefixmesh,sglang-gate,dynamo-cost --nodes 64 --speed 8 --arrival-quantum "$q"
+  run "fleet64-code_q$q" --policies prefixmesh,sglang-gate,dynamo-cost --nodes 64 --arrival-quantum "$q" \
+    --trace data/traces/AzureLLMInferenceTrace_code.csv --speed 64
+  run "fleet64-conv_q$q" --policies prefixmesh,sglang-gate,dynamo-cost --nodes 64 --arrival-quantum "$q" \
+    --trace data/traces/AzureLLMInferenceTrace_conv.csv --speed 80
+done
+for seed in 1 2 3 4; do
+  run "azure-code_q0_seed$seed" --policies prefixmesh "${code[@]}" --seed "$seed"
+  run "azure-conv_q0_seed$seed" --policies prefixmesh "${conv[@]}" --seed "$seed"
 done
