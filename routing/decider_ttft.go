@@ -143,10 +143,11 @@ func (d *Decider) PeerTTFT(obs []TTFTObservation) int {
 	used := 0
 	for i := range obs {
 		x := &obs[i]
-		if x.Work < 0 || x.Seqs < 0 || x.TTFT < 0 || x.TTFT > ttftMaxSec*time.Second || !d.index.Has(x.Node) {
+		work, seqs, ttft := x.Work.Seconds(), float64(x.Seqs)/TTFTSeqUnit, x.TTFT.Seconds()
+		if !plausibleTTFT(work, seqs, ttft) || !d.index.Has(x.Node) {
 			continue
 		}
-		d.learnLocked(d.learnerLocked(x.Node), x.Work.Seconds(), float64(x.Seqs)/TTFTSeqUnit, x.TTFT.Seconds())
+		d.learnLocked(d.learnerLocked(x.Node), work, seqs, ttft)
 		used++
 	}
 	return used

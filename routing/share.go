@@ -90,21 +90,31 @@ func ShareLoadBytes(routerID string, loads []NodeInFlight) int {
 // beyond the count it was told, so a report shrinking to fewer packets leaves nothing stale.
 func AppendLoadParts(dst []int, routerID string, loads []NodeInFlight) []int {
 	slices.SortFunc(loads, func(a, b NodeInFlight) int { return strings.Compare(a.Node, b.Node) })
-	budget := SharePacketBytes - shareLoadFixed(routerID) - 2
-	used := 0
-	for i := range loads {
-		b := loadEntryBytes(&loads[i])
+	if len(loads) == 0 {
+		return append(dst, 0) // an empty report still goes out: it clears the peers' counts
+	}
+	return appendParts(dst, len(loads), SharePacketBytes-shareLoadFixed(routerID)-2, MaxLoadParts,
+		func(i int) int { return loadEntryBytes(&loads[i]) })
+}
+
+// appendParts packs n entries of size(i) bytes, in order, into packets of at most budget bytes of
+// entries, at most maxParts of them (0: no bound; entries beyond are left out), appending each
+// packet's end index to dst.
+func appendParts(dst []int, n, budget, maxParts int, size func(int) int) []int {
+	start, used := len(dst), 0
+	for i := range n {
+		b := size(i)
 		if used+b > budget && used > 0 {
 			dst = append(dst, i)
 			used = 0
-			if len(dst) == MaxLoadParts {
+			if maxParts > 0 && len(dst)-start == maxParts {
 				return dst
 			}
 		}
 		used += b
 	}
-	if used > 0 || len(dst) == 0 {
-		dst = append(dst, len(loads))
+	if used > 0 {
+		dst = append(dst, n)
 	}
 	return dst
 }
@@ -128,18 +138,6 @@ func ShareTTFTBytes(routerID string, obs []TTFTObservation) int {
 // appending each packet's end index to dst (none for no observations). Each packet stands
 // alone: a lost one costs its peers those observations only.
 func AppendTTFTParts(dst []int, routerID string, obs []TTFTObservation) []int {
-	budget := SharePacketBytes - 3 - strLen(routerID) - 2
-	used := 0
-	for i := range obs {
-		b := ttftEntryBytes(&obs[i])
-		if used+b > budget && used > 0 {
-			dst = append(dst, i)
-			used = 0
-		}
-		used += b
-	}
-	if used > 0 {
-		dst = append(dst, len(obs))
-	}
-	return dst
+	return appendParts(dst, len(obs), SharePacketBytes-3-strLen(routerID)-2, 0,
+		func(i int) int { return ttftEntryBytes(&obs[i]) })
 }

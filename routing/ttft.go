@@ -108,7 +108,7 @@ type ttftLearner struct {
 // observe adds one request's features and observed TTFT (seconds) and refits toward prior with
 // the given weight.
 func (l *ttftLearner) observe(work, seqs, ttft float64, prior TTFTFit, strength, memory float64) {
-	if !(ttft >= 0) || ttft > ttftMaxSec || !(work >= 0) || !(seqs >= 0) {
+	if !plausibleTTFT(work, seqs, ttft) {
 		return // a clock step or garbage: never learn from it
 	}
 	keep := 1 - 1/memory
@@ -138,6 +138,12 @@ func (l *ttftLearner) observe(work, seqs, ttft float64, prior TTFTFit, strength,
 		PerSeq:   clamp(th[2], 0, ttftMaxSec),
 		Samples:  l.n,
 	}
+}
+
+// plausibleTTFT reports whether an observation may be learned: no negative or NaN figure, and a
+// time to first token of at most ttftMaxSec.
+func plausibleTTFT(work, seqs, ttft float64) bool {
+	return ttft >= 0 && ttft <= ttftMaxSec && work >= 0 && seqs >= 0
 }
 
 func clamp(v, lo, hi float64) float64 { return math.Min(math.Max(v, lo), hi) }

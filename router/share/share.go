@@ -252,14 +252,7 @@ func (s *Sharer) sendLoop(ctx context.Context) {
 			start := 0
 			for p, end := range parts {
 				l := cluster.ShareLoad{RouterID: s.cfg.RouterID, AtUnix: now.UnixNano(), Part: p, Parts: len(parts), Loads: loads[start:end]}
-				b := s.buf()
-				var err error
-				if *b, err = l.AppendBinary((*b)[:0]); err != nil {
-					s.m.drops.WithLabelValues("encode").Inc()
-				} else {
-					s.send(*b, "load")
-				}
-				s.bufs.Put(b)
+				s.sendNow(&l, "load")
 				start = end
 			}
 		}
@@ -273,16 +266,22 @@ func (s *Sharer) sendTTFT() {
 	start := 0
 	for _, end := range s.parts {
 		m := cluster.ShareTTFT{RouterID: s.cfg.RouterID, Obs: s.obs[start:end]}
-		b := s.buf()
-		var err error
-		if *b, err = m.AppendBinary((*b)[:0]); err != nil {
-			s.m.drops.WithLabelValues("encode").Inc()
-		} else {
-			s.send(*b, "ttft")
-		}
-		s.bufs.Put(b)
+		s.sendNow(&m, "ttft")
 		start = end
 	}
+}
+
+// sendNow encodes m into a pooled buffer and sends it (sendLoop's goroutine), counting a packet
+// that does not encode.
+func (s *Sharer) sendNow(m interface{ AppendBinary([]byte) ([]byte, error) }, kind string) {
+	b := s.buf()
+	var err error
+	if *b, err = m.AppendBinary((*b)[:0]); err != nil {
+		s.m.drops.WithLabelValues("encode").Inc()
+	} else {
+		s.send(*b, kind)
+	}
+	s.bufs.Put(b)
 }
 
 // forgetDeparted drops the load of every peer router that is no longer a member.

@@ -58,6 +58,25 @@ func newDecider(t *testing.T, idx *routing.Index) *routing.Decider {
 	return d
 }
 
+// startPair starts sharers "r0" and "r1" on the bus, each over its own decider on idx, and
+// closes them when the test ends.
+func startPair(t *testing.T, b *bus, idx *routing.Index) (d0, d1 *routing.Decider, s0, s1 *Sharer) {
+	t.Helper()
+	d0, d1 = newDecider(t, idx), newDecider(t, idx)
+	var err error
+	if s0, err = New(DefaultConfig("r0"), d0, b.join(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s1, err = New(DefaultConfig("r1"), d1, b.join(), nil); err != nil {
+		t.Fatal(err)
+	}
+	s0.Start(t.Context())
+	s1.Start(t.Context())
+	t.Cleanup(s0.Close)
+	t.Cleanup(s1.Close)
+	return d0, d1, s0, s1
+}
+
 func eventually(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -84,19 +103,7 @@ func TestSharerDecisionsAndLoad(t *testing.T) {
 		idx.ReplaceNode(id, 1, 1, nil)
 	}
 	idx.ReplaceNode("b", 1, 1, hashes[:10]) // b already reports the first 10 blocks
-	d0, d1 := newDecider(t, idx), newDecider(t, idx)
-	s0, err := New(DefaultConfig("r0"), d0, b.join(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1, err := New(DefaultConfig("r1"), d1, b.join(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s0.Start(t.Context())
-	s1.Start(t.Context())
-	defer s0.Close()
-	defer s1.Close()
+	d0, d1, _, _ := startPair(t, &b, idx)
 
 	nodes := []routing.NodeInfo{{ID: "a", Alive: true}, {ID: "b", Alive: true}, {ID: "c", Alive: true}}
 	var c routing.Choice
@@ -223,19 +230,7 @@ func TestSharerSharesFirstTokens(t *testing.T) {
 	var b bus
 	idx := routing.NewIndex(routing.DefaultIndexConfig())
 	idx.ReplaceNode("a", 1, 1, nil)
-	d0, d1 := newDecider(t, idx), newDecider(t, idx)
-	s0, err := New(DefaultConfig("r0"), d0, b.join(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1, err := New(DefaultConfig("r1"), d1, b.join(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s0.Start(t.Context())
-	s1.Start(t.Context())
-	defer s0.Close()
-	defer s1.Close()
+	d0, d1, _, s1 := startPair(t, &b, idx)
 
 	now := time.Now()
 	for i := range 20 {
