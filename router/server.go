@@ -15,6 +15,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -136,43 +137,27 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 			return nil, status.Errorf(codes.Unavailable, "route: tokenize the text: %v", err)
 		}
 	}
-	if !req.GetDryRun() {
-		// A burst's decisions, staggered as the front door's (routing.Decider.AdmissionDelay),
-		// before the view is read so the decision sees what arrived meanwhile.
-		if w := s.dec.AdmissionDelay(now); w > 0 {
-			t := time.NewTimer(w)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			now = time.Now()
-		}
-	}
 	sc, _ := s.pool.Get().(*scratch)
 	if sc == nil {
 		sc = new(scratch)
 	}
 	defer s.pool.Put(sc)
-	s.view.Nodes(&sc.snap)
-	sn := &sc.snap
-	allowed, pinned := allowedFilter(s.pins, req.GetAdapterId())
-	// The same eligibility as the front door's picker (routing.Eligibility): pins, ejections,
-	// draining, model; the decider applies the in-flight cap and gives a cold node no affinity.
-	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, &routing.Eligibility{Model: req.GetModel(), Allowed: allowed, Ejected: s.ejected})
-	if len(sc.eligible) == 0 && allowed != nil {
-		return nil, status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q: adapter %d is pinned to %v",
-			len(sn.Nodes), req.GetModel(), req.GetAdapterId(), pinned)
-	}
-	if len(sc.eligible) == 0 {
-		return nil, status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q", len(sn.Nodes), req.GetModel())
-	}
-	sc.nodes = sc.nodes[:0]
-	for _, i := range sc.eligible {
-		sc.nodes = append(sc.nodes, sn.Nodes[i])
+	if err := s.candidates(sc, req); err != nil {
+		return nil, err
 	}
 	dr := routing.DecideRequest{Tokens: tokens, AdapterID: req.GetAdapterId(), Model: req.GetModel(),
 		SessionKey: routing.SessionKey(req.GetSessionId())}
+	if !req.GetDryRun() {
+		// A burst's decisions take turns as the front door's do (routing.Decider.AdmissionWait);
+		// the view is read again after the wait, so the decision sees what arrived meanwhile.
+		if w := s.dec.AdmissionWait(&dr, sc.nodes, now, &sc.choice); w > 0 {
+			frontdoor.WaitAdmission(ctx, w)
+			now = time.Now()
+			if err := s.candidates(sc, req); err != nil {
+				return nil, err
+			}
+		}
+	}
 	// The client sends the request itself, so the router never sees it end: the decision is
 	// recorded in the overlay for its TTL and shared, but not counted in flight. A dry run (a
 	// probe, a what-if) records nothing, so asking does not change later answers.
@@ -181,6 +166,7 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		commit = routing.CommitNone
 	}
 	c := &sc.choice
+	sn := &sc.snap
 	if err := s.dec.Decide(&dr, sc.nodes, now, commit, c); err != nil {
 		switch {
 		case errors.Is(err, routing.ErrNoCandidates):
@@ -212,4 +198,27 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		})
 	}
 	return resp, nil
+}
+
+// candidates reads the view into sc and lists the nodes req may go to in sc.nodes (sc.eligible
+// maps them back to the snapshot), or says why there are none.
+func (s *Server) candidates(sc *scratch, req *pb.RouteRequest) error {
+	s.view.Nodes(&sc.snap)
+	sn := &sc.snap
+	allowed, pinned := allowedFilter(s.pins, req.GetAdapterId())
+	// The same eligibility as the front door's picker (routing.Eligibility): pins, ejections,
+	// draining, model; the decider applies the in-flight cap and gives a cold node no affinity.
+	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, &routing.Eligibility{Model: req.GetModel(), Allowed: allowed, Ejected: s.ejected})
+	if len(sc.eligible) == 0 && allowed != nil {
+		return status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q: adapter %d is pinned to %v",
+			len(sn.Nodes), req.GetModel(), req.GetAdapterId(), pinned)
+	}
+	if len(sc.eligible) == 0 {
+		return status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q", len(sn.Nodes), req.GetModel())
+	}
+	sc.nodes = sc.nodes[:0]
+	for _, i := range sc.eligible {
+		sc.nodes = append(sc.nodes, sn.Nodes[i])
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/local"
 )
 
 // The estimate counts, per own decision, the peers' new decisions received within the window
@@ -69,10 +71,24 @@ func TestSpreadWaterFills(t *testing.T) {
 func TestAdmissionDelayTakesTurnsInBursts(t *testing.T) {
 	d, _ := testDecider(t, DeciderConfig{})
 	d.SetRouterID("router-3")
-	now := time.Unix(100, 0)
-	if w := d.AdmissionDelay(now); w != 0 {
+	if w := d.AdmissionDelay(time.Unix(100, 0)); w != 0 {
 		t.Fatalf("fresh decider delays %v", w)
 	}
+	later := inBursts(t, d)
+	if w := d.AdmissionDelay(later); w != 15*time.Millisecond {
+		t.Fatalf("delay %v in bursts, want 15ms (rank 3 of 8 routers, 5 ms slots)", w)
+	}
+	d.SetRouterID("")
+	if w := d.AdmissionDelay(later); w != 0 {
+		t.Fatalf("a router without a name delays %v", w)
+	}
+}
+
+// inBursts has d decide beside 7 peers (router-0 … router-7 but 3) deciding in the same
+// instants, once a second for 40 s, and returns a time just after.
+func inBursts(t *testing.T, d *Decider) time.Time {
+	t.Helper()
+	now := time.Unix(100, 0)
 	peers := []string{"router-0", "router-1", "router-2", "router-4", "router-5", "router-6", "router-7"}
 	for i := range 40 { // bursts every second: each own decision beside 7 peers' decisions
 		at := now.Add(time.Duration(i) * time.Second)
@@ -87,13 +103,54 @@ func TestAdmissionDelayTakesTurnsInBursts(t *testing.T) {
 			d.PeerDecision(id, "a", 0, []uint64{uint64(i*100 + p)}, at.Add(time.Millisecond))
 		}
 	}
-	later := now.Add(39*time.Second + 500*time.Millisecond)
-	if w := d.AdmissionDelay(later); w != 15*time.Millisecond {
-		t.Fatalf("delay %v in bursts, want 15ms (rank 3 of 8 routers, 5 ms slots)", w)
-	}
-	d.SetRouterID("")
-	if w := d.AdmissionDelay(later); w != 0 {
-		t.Fatalf("a router without a name delays %v", w)
+	return now.Add(39*time.Second + 500*time.Millisecond)
+}
+
+// In bursts, prefixmesh's router waits its turn only for a request whose choice the routers
+// ahead could change. Rank 3: three routers ahead, each of which could send one request like
+// this one to the chosen node first. A 1,600-token prompt, nodes a and c cold, b caching some
+// of it, nominal 10,000 tokens/s and miss penalty 10, nothing queued: b is cheaper than a by
+// (1 + 10) × cached / 10,000 s, and the three requests ahead would add 3 × uncached / 10,000 s
+// of prefill to b (the prior fit has no decode share). b caching 160 tokens: 0.176 s against
+// 0.432 s, contested, wait the turn. b caching 1,440: 1.584 s against 0.048 s, decided at once. A cold prompt on equal nodes is always contested.
+// Least-loaded's costs are not seconds: it always waits its turn.
+func TestAdmissionWaitOnlyWhenRoutersAheadCouldChangeTheChoice(t *testing.T) {
+	toks := seqTokens(1600, 7_000_000)
+	for _, tc := range []struct {
+		policy string
+		cached int
+		want   time.Duration
+	}{
+		{PolicyPrefixMesh, 160, 15 * time.Millisecond},
+		{PolicyPrefixMesh, 1440, 0},
+		{PolicyPrefixMesh, 0, 15 * time.Millisecond},
+		{PolicyLeastLoaded, 1440, 15 * time.Millisecond},
+	} {
+		idx := NewIndex(DefaultIndexConfig())
+		for _, id := range []string{"a", "b", "c"} {
+			idx.ReplaceNode(id, 1, 1, nil)
+		}
+		p, err := NewPolicy(tc.policy, DefaultPolicyConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := NewDecider(idx, NewOverlay(0, 0), p, DeciderConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.SetRouterID("router-3")
+		later := inBursts(t, d)
+		if tc.cached > 0 {
+			idx.ReplaceNode("b", 1, 2, local.BlockHashes(toks[:tc.cached], 16, 0))
+		}
+		var c Choice
+		w := d.AdmissionWait(&DecideRequest{Tokens: toks}, candidates(), later, &c)
+		if w != tc.want {
+			t.Errorf("%s, b caching %d of 1600 tokens: wait %v, want %v", tc.policy, tc.cached, w, tc.want)
+		}
+		if d.AdmissionDelay(later) != 15*time.Millisecond {
+			t.Errorf("%s: the turn itself moved: %v", tc.policy, d.AdmissionDelay(later))
+		}
 	}
 }
 

@@ -415,21 +415,67 @@ func (d *Decider) estimate(hashes []uint64, ids []string, blocks, iblocks []int,
 // another, each seeing the decisions and load the ones before it shared, as one router deciding
 // the burst in turn would; a router's own requests in the burst are decided together, each
 // seeing the ones before it. Routers that wait call Decide afterwards with the later time;
-// callers that cannot wait skip it.
+// callers that cannot wait skip it. AdmissionWait refines it for one request.
 func (d *Decider) AdmissionDelay(now time.Time) time.Duration {
+	w, _ := d.turn(now)
+	return w
+}
+
+// turn is AdmissionDelay's wait and the number of routers ahead of this one.
+func (d *Decider) turn(now time.Time) (time.Duration, int) {
 	if d.slot <= 0 {
-		return 0
+		return 0, 0
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.id == "" {
-		return 0 // not sharing: no peers to take turns with
+		return 0, 0 // not sharing: no peers to take turns with
 	}
 	peers := d.peers.peers()
 	if !d.conc.bursting(now) {
+		return 0, 0
+	}
+	rank := d.peers.rank(d.id)
+	return admissionDelay(rank, peers, d.slot), rank
+}
+
+// herdCoster is a policy whose costs are predicted seconds, so it can say what a candidate
+// would cost once other requests were sent there first.
+type herdCoster interface {
+	// herdedCost is n's cost for req, matched tokens cached there, after ahead more requests
+	// with req's uncached work were sent to n.
+	herdedCost(req *Request, n *NodeInfo, matched, ahead int) float64
+}
+
+// AdmissionWait is AdmissionDelay for one request over its candidates, leaving out the waits
+// that cannot change its decision. When the policy's costs are predicted seconds (prefixmesh)
+// it previews the decision (CommitNone, into c) and waits only if the routers ahead, each
+// sending one request like this one to the chosen node first, could make another candidate
+// cheaper: the contested requests of a burst, which would herd, take turns, and those whose
+// prefix makes one node clearly best (a conversation's later turn, a long shared prefix) are
+// decided at once. Other policies wait AdmissionDelay. nodes are as for Decide (which
+// overwrites their in-flight fields); call Decide afterwards, after the wait.
+func (d *Decider) AdmissionWait(req *DecideRequest, nodes []NodeInfo, now time.Time, c *Choice) time.Duration {
+	w, ahead := d.turn(now)
+	hc, ok := d.policy.(herdCoster)
+	if w == 0 || !ok || ahead == 0 {
+		return w
+	}
+	if err := d.Decide(req, nodes, now, CommitNone, c); err != nil {
+		return w
+	}
+	next := math.Inf(1)
+	for _, cd := range c.Candidates {
+		if cd.Node != c.Node {
+			next = min(next, cd.Score)
+		}
+	}
+	best := &nodes[c.Node]
+	rq := Request{PromptTokens: len(req.Tokens), BlockSize: blockSizeOf(best)}
+	if hc.herdedCost(&rq, best, c.dec.MatchedTokens, ahead) < next {
 		return 0
 	}
-	return admissionDelay(d.peers.rank(d.id), peers, d.slot)
+	return w
 }
 
 // SetRouterID names this router as its peers know it (the sharer's router id), which orders

@@ -161,6 +161,18 @@ func expectedTTFT(req *Request, n *NodeInfo, matched int, cfg *PolicyConfig) flo
 	return PredictTTFT(n, need, cfg) + cfg.MissPenalty*n.TTFT.fleetScale()*float64(need)/nominalRate(n, cfg)
 }
 
+// herdedCost is expectedTTFT after ahead more requests with req's uncached work on n were sent
+// there (and had not reached their first token): what the routers ahead of this one in a burst
+// could add to n (Decider.AdmissionWait). The load guard is not applied again.
+func (p *prefixMesh) herdedCost(req *Request, n *NodeInfo, matched, ahead int) float64 {
+	h := *n
+	need := max(req.PromptTokens-matched, 0)
+	h.InFlight += ahead
+	h.InFlightTokens += ahead * req.PromptTokens
+	h.InFlightPrefillTokens += ahead * need
+	return expectedTTFT(req, &h, matched, &p.cfg)
+}
+
 // sameScore reports whether two finite costs are equal up to float rounding.
 func sameScore(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))+1e-15

@@ -120,8 +120,9 @@ type pickScratch struct {
 	choice routing.Choice
 }
 
-// waitAdmission waits d, or until ctx ends.
-func waitAdmission(ctx context.Context, d time.Duration) {
+// WaitAdmission waits d (a burst's turn: routing.Decider.AdmissionWait), or until ctx ends: a
+// cancelled request is decided at once.
+func WaitAdmission(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -151,30 +152,26 @@ func (p *PolicyPicker) Models() []string {
 // Pick implements Picker.
 func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []string) (Pick, error) {
 	dr := routing.DecideRequest{Tokens: req.Tokens, AdapterID: req.AdapterID, Model: req.Model, SessionKey: req.SessionKey}
-	// When this router has learned that its peers decide in the same instants (bursts), the
-	// decision waits this router's turn, a few milliseconds, so that the replicas' decisions
-	// come one after another and each sees the others' (routing.Decider.AdmissionDelay); the
-	// nodes are listed after the wait. A cancelled request stops waiting and is decided at once.
-	waitAdmission(ctx, p.dec.AdmissionDelay(p.now()))
 	sc, _ := p.scratch.Get().(*pickScratch)
 	if sc == nil {
 		sc = new(pickScratch)
 	}
 	defer p.scratch.Put(sc)
-	sc.nodes, sc.urls = sc.nodes[:0], sc.urls[:0]
 	// The same eligibility as gRPC Route (routing.Eligibility); pins come in as exclusions
 	// (router.PinnedPicker), the in-flight cap and cold nodes are the decider's.
 	el := routing.Eligibility{Model: req.Model, Exclude: exclude, Ejected: p.ejected}
-	for _, n := range p.src.Nodes() {
-		in := &n.Info
-		if !el.Eligible(in) {
-			continue
-		}
-		sc.nodes = append(sc.nodes, *in)
-		sc.urls = append(sc.urls, n.EngineURL)
-	}
-	if len(sc.nodes) == 0 {
+	if !p.list(sc, &el) {
 		return Pick{}, ErrNoNodes
+	}
+	// When this router has learned that its peers decide in the same instants (bursts) and the
+	// routers ahead of it could change this request's choice, the decision waits this router's
+	// turn, a few milliseconds, so that the replicas' decisions come one after another and each
+	// sees the others' (routing.Decider.AdmissionWait); the nodes are listed again after it.
+	if w := p.dec.AdmissionWait(&dr, sc.nodes, p.now(), &sc.choice); w > 0 {
+		WaitAdmission(ctx, w)
+		if !p.list(sc, &el) {
+			return Pick{}, ErrNoNodes
+		}
 	}
 	c := &sc.choice
 	if err := p.dec.Decide(&dr, sc.nodes, p.now(), routing.CommitBegin, c); err != nil {
@@ -202,6 +199,18 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 	pk.Done = func(o Outcome) { t.Done(p.now(), succeeded(o)) }
 	pk.FirstToken = func() { t.FirstToken(p.now()) }
 	return pk, nil
+}
+
+// list fills sc with the eligible nodes and their engine URLs; false when there are none.
+func (p *PolicyPicker) list(sc *pickScratch, el *routing.Eligibility) bool {
+	sc.nodes, sc.urls = sc.nodes[:0], sc.urls[:0]
+	for _, n := range p.src.Nodes() {
+		if in := &n.Info; el.Eligible(in) {
+			sc.nodes = append(sc.nodes, *in)
+			sc.urls = append(sc.urls, n.EngineURL)
+		}
+	}
+	return len(sc.nodes) > 0
 }
 
 // succeeded is whether a request ended well, for its ticket.

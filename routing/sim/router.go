@@ -68,6 +68,22 @@ func (rt *router) route(s *Sim, req *Request) (int, *routing.Choice, error) {
 		rt.dec.Expire(now)
 		rt.expired = s.q.now
 	}
+	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
+	if err := rt.dec.Decide(&dr, rt.candidates(s), now, routing.CommitBegin, &rt.choice); err != nil {
+		return 0, nil, err
+	}
+	return rt.choice.Node, &rt.choice, nil
+}
+
+// admissionWait is how long the router waits before deciding req, as the daemon's front door
+// does (routing.Decider.AdmissionWait).
+func (rt *router) admissionWait(s *Sim, req *Request) time.Duration {
+	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
+	return rt.dec.AdmissionWait(&dr, rt.candidates(s), epoch0.Add(s.q.now), &rt.choice)
+}
+
+// candidates lists every node with the last load report it sent this router, aged.
+func (rt *router) candidates(s *Sim) []routing.NodeInfo {
 	rt.infos = rt.infos[:0]
 	for i, n := range s.nodes {
 		v := &rt.views[i]
@@ -78,11 +94,7 @@ func (rt *router) route(s *Sim, req *Request) (int, *routing.Choice, error) {
 			LoadAge: s.q.now - v.rep.at, BlockSize: s.cfg.BlockSize,
 		})
 	}
-	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
-	if err := rt.dec.Decide(&dr, rt.infos, now, routing.CommitBegin, &rt.choice); err != nil {
-		return 0, nil, err
-	}
-	return rt.choice.Node, &rt.choice, nil
+	return rt.infos
 }
 
 // deliverDelta applies a delta (or snapshot) at the router; a gap starts a repair.

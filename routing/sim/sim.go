@@ -304,7 +304,7 @@ func (s *Sim) Run() (Result, error) {
 		switch e.kind {
 		case evArrive, evDecide:
 			if e.kind == evArrive {
-				if w := s.admit(e.req); w > 0 { // the router staggers a burst (Decider.AdmissionDelay)
+				if w := s.admit(e.req); w > 0 { // the router staggers a burst (Decider.AdmissionWait)
 					s.col.staggered++
 					s.col.staggerWait += w
 					s.q.schedule(event{at: s.q.now + w, kind: evDecide, req: e.req})
@@ -391,7 +391,7 @@ func (s *Sim) admit(r int) time.Duration {
 	if s.cfg.NoAdmissionDelay {
 		return 0
 	}
-	return s.routers[ri].dec.AdmissionDelay(epoch0.Add(s.q.now))
+	return s.routers[ri].admissionWait(s, req)
 }
 
 // route has request r's router choose a node; the request joins that node.
