@@ -106,15 +106,18 @@ func inBursts(t *testing.T, d *Decider) time.Time {
 	return now.Add(39*time.Second + 500*time.Millisecond)
 }
 
-// In bursts, prefixmesh's router waits its turn only for a request whose choice the routers
-// ahead could change. Rank 3: three routers ahead, each of which could send one request like
-// this one to the chosen node first. A 1,600-token prompt, nodes a and c cold, b caching some
-// of it, nominal 10,000 tokens/s and miss penalty 10, nothing queued: b is cheaper than a by
-// (1 + 10) × cached / 10,000 s, and the three requests ahead would add 3 × uncached / 10,000 s
-// of prefill to b (the prior fit has no decode share). b caching 160 tokens: 0.176 s against
-// 0.432 s, contested, wait the turn. b caching 1,440: 1.584 s against 0.048 s, decided at once. A cold prompt on equal nodes is always contested.
+// In bursts, prefixmesh's router waits its turn only for a request whose choice the burst's other
+// decisions could change: 7 peers decide beside each of its decisions, so it bounds what they
+// could do by 7 requests like this one sent to the chosen node first. A 1,600-token prompt,
+// nodes a and c cold, b caching some of it, nominal 10,000 tokens/s and miss penalty 10,
+// nothing queued: b is cheaper than a by (1 + 10) × cached / 10,000 s, and the 7 requests would
+// add 7 × uncached / 10,000 s of prefill to b (the prior fit has no decode share). b caching 160
+// tokens: 0.176 s against 1.008 s, contested, wait the turn (rank 3: 15 ms). b caching 1,440:
+// 1.584 s against 0.112 s, decided at once. b caching 480: 0.528 s against 0.784 s, contested,
+// though the three routers ahead alone (0.336 s) could not change it: the peers behind decide
+// their own uncontested requests at once, in the same instant. A cold prompt on equal nodes is always contested.
 // Least-loaded's costs are not seconds: it always waits its turn.
-func TestAdmissionWaitOnlyWhenRoutersAheadCouldChangeTheChoice(t *testing.T) {
+func TestAdmissionWaitOnlyWhenTheBurstCouldChangeTheChoice(t *testing.T) {
 	toks := seqTokens(1600, 7_000_000)
 	for _, tc := range []struct {
 		policy string
@@ -123,6 +126,7 @@ func TestAdmissionWaitOnlyWhenRoutersAheadCouldChangeTheChoice(t *testing.T) {
 	}{
 		{PolicyPrefixMesh, 160, 15 * time.Millisecond},
 		{PolicyPrefixMesh, 1440, 0},
+		{PolicyPrefixMesh, 480, 15 * time.Millisecond},
 		{PolicyPrefixMesh, 0, 15 * time.Millisecond},
 		{PolicyLeastLoaded, 1440, 15 * time.Millisecond},
 	} {

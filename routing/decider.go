@@ -421,7 +421,8 @@ func (d *Decider) AdmissionDelay(now time.Time) time.Duration {
 	return w
 }
 
-// turn is AdmissionDelay's wait and the number of routers ahead of this one.
+// turn is AdmissionDelay's wait and the peer decisions expected in the same burst (the learned
+// burst size, rounded up).
 func (d *Decider) turn(now time.Time) (time.Duration, int) {
 	if d.slot <= 0 {
 		return 0, 0
@@ -435,8 +436,7 @@ func (d *Decider) turn(now time.Time) (time.Duration, int) {
 	if !d.conc.bursting(now) {
 		return 0, 0
 	}
-	rank := d.peers.rank(d.id)
-	return admissionDelay(rank, peers, d.slot), rank
+	return admissionDelay(d.peers.rank(d.id), peers, d.slot), int(math.Ceil(d.conc.burstSize(now)))
 }
 
 // herdCoster is a policy whose costs are predicted seconds, so it can say what a candidate
@@ -449,16 +449,18 @@ type herdCoster interface {
 
 // AdmissionWait is AdmissionDelay for one request over its candidates, leaving out the waits
 // that cannot change its decision. When the policy's costs are predicted seconds (prefixmesh)
-// it previews the decision (CommitNone, into c) and waits only if the routers ahead, each
-// sending one request like this one to the chosen node first, could make another candidate
-// cheaper: the contested requests of a burst, which would herd, take turns, and those whose
-// prefix makes one node clearly best (a conversation's later turn, a long shared prefix) are
-// decided at once. Other policies wait AdmissionDelay. nodes are as for Decide (which
-// overwrites their in-flight fields); call Decide afterwards, after the wait.
+// it previews the decision (CommitNone, into c) and waits only if the peer decisions expected
+// in the same burst (the learned burst size), each a request like this one sent to the chosen
+// node first, could make another candidate cheaper: the contested requests of a burst, which
+// would herd, take turns, and those whose prefix makes one node clearly best (a conversation's
+// later turn, a long shared prefix) are decided at once. The bound counts every peer decision
+// of the burst, not only those of the routers ahead, because the peers' own uncontested
+// requests are decided at once too. Other policies wait AdmissionDelay. nodes are as for
+// Decide (which overwrites their in-flight fields); call Decide afterwards, after the wait.
 func (d *Decider) AdmissionWait(req *DecideRequest, nodes []NodeInfo, now time.Time, c *Choice) time.Duration {
-	w, ahead := d.turn(now)
+	w, burst := d.turn(now)
 	hc, ok := d.policy.(herdCoster)
-	if w == 0 || !ok || ahead == 0 {
+	if w == 0 || !ok {
 		return w
 	}
 	if err := d.Decide(req, nodes, now, CommitNone, c); err != nil {
@@ -472,7 +474,7 @@ func (d *Decider) AdmissionWait(req *DecideRequest, nodes []NodeInfo, now time.T
 	}
 	best := &nodes[c.Node]
 	rq := Request{PromptTokens: len(req.Tokens), BlockSize: blockSizeOf(best)}
-	if hc.herdedCost(&rq, best, c.dec.MatchedTokens, ahead) < next {
+	if hc.herdedCost(&rq, best, c.dec.MatchedTokens, burst) < next {
 		return 0
 	}
 	return w
