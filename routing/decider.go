@@ -442,9 +442,9 @@ func (d *Decider) turn(now time.Time) (time.Duration, int) {
 // herdCoster is a policy whose costs are predicted seconds, so it can say what a candidate
 // would cost once other requests were sent there first.
 type herdCoster interface {
-	// herdedCost is n's cost for req, matched tokens cached there, after ahead more requests
+	// herdedCost is n's cost for req, matched tokens cached there, after others more requests
 	// with req's uncached work were sent to n.
-	herdedCost(req *Request, n *NodeInfo, matched, ahead int) float64
+	herdedCost(req *Request, n *NodeInfo, matched, others int) float64
 }
 
 // AdmissionWait is AdmissionDelay for one request over its candidates, leaving out the waits

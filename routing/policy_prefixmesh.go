@@ -161,15 +161,15 @@ func expectedTTFT(req *Request, n *NodeInfo, matched int, cfg *PolicyConfig) flo
 	return PredictTTFT(n, need, cfg) + cfg.MissPenalty*n.TTFT.fleetScale()*float64(need)/nominalRate(n, cfg)
 }
 
-// herdedCost is expectedTTFT after ahead more requests with req's uncached work on n were sent
-// there (and had not reached their first token): what the routers ahead of this one in a burst
-// could add to n (Decider.AdmissionWait). The load guard is not applied again.
-func (p *prefixMesh) herdedCost(req *Request, n *NodeInfo, matched, ahead int) float64 {
+// herdedCost is expectedTTFT after others more requests with req's uncached work on n were sent
+// there (and had not reached their first token): what the other decisions of a burst could
+// add to n (Decider.AdmissionWait). The load guard is not applied again.
+func (p *prefixMesh) herdedCost(req *Request, n *NodeInfo, matched, others int) float64 {
 	h := *n
 	need := max(req.PromptTokens-matched, 0)
-	h.InFlight += ahead
-	h.InFlightTokens += ahead * req.PromptTokens
-	h.InFlightPrefillTokens += ahead * need
+	h.InFlight += others
+	h.InFlightTokens += others * req.PromptTokens
+	h.InFlightPrefillTokens += others * need
 	return expectedTTFT(req, &h, matched, &p.cfg)
 }
 

@@ -164,7 +164,7 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 		return Pick{}, ErrNoNodes
 	}
 	// When this router has learned that its peers decide in the same instants (bursts) and the
-	// routers ahead of it could change this request's choice, the decision waits this router's
+	// burst's other decisions could change this request's choice, the decision waits this router's
 	// turn, a few milliseconds, so that the replicas' decisions come one after another and each
 	// sees the others' (routing.Decider.AdmissionWait); the nodes are listed again after it.
 	if w := p.dec.AdmissionWait(&dr, sc.nodes, p.now(), &sc.choice); w > 0 {
