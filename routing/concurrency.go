@@ -161,6 +161,23 @@ func (c *concurrency) burstSize(now time.Time) float64 {
 	return c.burst
 }
 
+// burstStart is when the burst that now belongs to began: the earliest decision, this router's
+// or a peer's (as received), within the base window plus span before now; now when there is none.
+func (c *concurrency) burstStart(now time.Time, span time.Duration) time.Time {
+	from, start := now.Add(-(c.window + span)), now
+	for _, r := range c.recent {
+		if !r.IsZero() && r.Before(start) && !r.Before(from) {
+			start = r
+		}
+	}
+	for i := 0; i < c.n; i++ {
+		if at := c.own[(c.head+i)%concurrencyOwn].at; at.Before(start) && !at.Before(from) {
+			start = at
+		}
+	}
+	return start
+}
+
 // burstRatio is how many times more peer decisions must fall within a decision's burst window
 // (span plus the window, either side) than its share of the wide window's (what decisions
 // arriving at random at the local rate would put there) for the router to be in bursts.

@@ -78,6 +78,16 @@ func TestAdmissionDelayTakesTurnsInBursts(t *testing.T) {
 	if w := d.AdmissionDelay(later); w != 15*time.Millisecond {
 		t.Fatalf("delay %v in bursts, want 15ms (rank 3 of 8 routers, 5 ms slots)", w)
 	}
+	// The turn counts from the burst's first decision: router-0's, received at later. A request
+	// arriving 10 ms into the burst waits the 5 ms left of the turn; one arriving 20 ms in, after
+	// it, none.
+	d.PeerDecision("router-0", "a", 0, []uint64{999_999}, later)
+	if w := d.AdmissionDelay(later.Add(10 * time.Millisecond)); w != 5*time.Millisecond {
+		t.Fatalf("10 ms into the burst: delay %v, want the 5 ms left of the turn", w)
+	}
+	if w := d.AdmissionDelay(later.Add(20 * time.Millisecond)); w != 0 {
+		t.Fatalf("20 ms into the burst, past the turn: delay %v", w)
+	}
 	d.SetRouterID("")
 	if w := d.AdmissionDelay(later); w != 0 {
 		t.Fatalf("a router without a name delays %v", w)

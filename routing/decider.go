@@ -409,13 +409,14 @@ func (d *Decider) estimate(hashes []uint64, ids []string, blocks, iblocks []int,
 
 // AdmissionDelay is how long the caller should wait before deciding a request that arrived at
 // now: 0 unless this router has learned that its peers decide in bursts, in the same instants
-// as it does (a trace's simultaneous arrivals, an agent's fan-out, a batch job), and then its
-// turn in a stagger of the routers by name (SetRouterID), one slot (a few share latencies) per
-// router ahead of it, at most MaxAdmissionDelay. In a burst the routers then decide one after
-// another, each seeing the decisions and load the ones before it shared, as one router deciding
-// the burst in turn would; a router's own requests in the burst are decided together, each
-// seeing the ones before it. Routers that wait call Decide afterwards with the later time;
-// callers that cannot wait skip it. AdmissionWait refines it for one request.
+// as it does (a trace's simultaneous arrivals, an agent's fan-out, a batch job), and then until
+// its turn in a stagger of the routers by name (SetRouterID), one slot (a few share latencies)
+// per router ahead of it, at most MaxAdmissionDelay, counted from the burst's first decision. In
+// a burst the routers then decide one after another, each seeing the decisions and load the
+// ones before it shared, as one router deciding the burst in turn would; a router's own
+// requests in the burst are decided together, each seeing the ones before it. Routers that wait
+// call Decide afterwards with the later time; callers that cannot wait skip it. AdmissionWait
+// refines it for one request.
 func (d *Decider) AdmissionDelay(now time.Time) time.Duration {
 	w, _ := d.turn(now)
 	return w
@@ -436,7 +437,12 @@ func (d *Decider) turn(now time.Time) (time.Duration, int) {
 	if !d.conc.bursting(now) {
 		return 0, 0
 	}
-	return admissionDelay(d.peers.rank(d.id), peers, d.slot), int(math.Ceil(d.conc.burstSize(now)))
+	// Turns count from the burst's first decision, so that routers whose requests arrive a few
+	// milliseconds apart keep one schedule, and a request that arrives after its router's turn
+	// (decisions have been coming for a whole span) is decided at once.
+	start := d.conc.burstStart(now, admissionSpan(peers, d.slot))
+	turn := start.Add(admissionDelay(d.peers.rank(d.id), peers, d.slot)).Sub(now)
+	return max(turn, 0), int(math.Ceil(d.conc.burstSize(now)))
 }
 
 // herdCoster is a policy whose costs are predicted seconds, so it can say what a candidate
