@@ -11,7 +11,7 @@ import "time"
 // decisions. concurrency keeps that count's moving average and, beside it, the count within a
 // window ten times as wide; when the narrow count stands well above its share of the wide one
 // (what decisions arriving at random at the local rate would give), the router is in bursts,
-// and it waits its turn before deciding (Decider.AdmissionDelay), so the replicas decide one
+// and it waits its turn before deciding (Decider.AdmissionWait), so the replicas decide one
 // after another as one router would. Smooth traffic, however fast, and a rate that swings over
 // seconds are routed at once.
 
@@ -96,7 +96,7 @@ func (c *concurrency) fold(now time.Time) {
 }
 
 // ownDecision notes one of this router's decisions at now, taken with a stagger over span
-// (AdmissionDelay): its burst's decisions fall within span plus the window on either side,
+// (Decider.AdmissionWait): its burst's decisions fall within span plus the window on either side,
 // those received before it too.
 func (c *concurrency) ownDecision(now time.Time, span time.Duration) {
 	c.settle(now)
@@ -192,7 +192,7 @@ func (c *concurrency) bursting(now time.Time) bool {
 	return b >= SpreadMinConcurrency && b >= burstRatio*random
 }
 
-// DefaultAdmissionSlot is the wait per router ahead in the stagger (AdmissionDelay): a few share
+// DefaultAdmissionSlot is the wait per router ahead in the stagger (Decider.AdmissionWait): a few share
 // latencies, so that a router's decisions reach the next one, with the load they carry, before
 // it decides.
 const DefaultAdmissionSlot = 5 * time.Millisecond

@@ -68,28 +68,28 @@ func TestSpreadWaterFills(t *testing.T) {
 // A router staggers only in bursts, and then by its name's rank among the routers: with seven
 // peers and the default 5 ms slot the span is 35 ms, and the fourth router by name waits 3 of
 // its 7 slots. A router without a name (not sharing) never waits.
-func TestAdmissionDelayTakesTurnsInBursts(t *testing.T) {
+func TestTurnsInBursts(t *testing.T) {
 	d, _ := testDecider(t, DeciderConfig{})
 	d.SetRouterID("router-3")
-	if w := d.AdmissionDelay(time.Unix(100, 0)); w != 0 {
+	if w := d.wait(time.Unix(100, 0)); w != 0 {
 		t.Fatalf("fresh decider delays %v", w)
 	}
 	later := inBursts(t, d)
-	if w := d.AdmissionDelay(later); w != 15*time.Millisecond {
+	if w := d.wait(later); w != 15*time.Millisecond {
 		t.Fatalf("delay %v in bursts, want 15ms (rank 3 of 8 routers, 5 ms slots)", w)
 	}
 	// The turn counts from the burst's first decision: router-0's, received at later. A request
 	// arriving 10 ms into the burst waits the 5 ms left of the turn; one arriving 20 ms in, after
 	// it, none.
 	d.PeerDecision("router-0", "a", 0, []uint64{999_999}, later)
-	if w := d.AdmissionDelay(later.Add(10 * time.Millisecond)); w != 5*time.Millisecond {
+	if w := d.wait(later.Add(10 * time.Millisecond)); w != 5*time.Millisecond {
 		t.Fatalf("10 ms into the burst: delay %v, want the 5 ms left of the turn", w)
 	}
-	if w := d.AdmissionDelay(later.Add(20 * time.Millisecond)); w != 0 {
+	if w := d.wait(later.Add(20 * time.Millisecond)); w != 0 {
 		t.Fatalf("20 ms into the burst, past the turn: delay %v", w)
 	}
 	d.SetRouterID("")
-	if w := d.AdmissionDelay(later); w != 0 {
+	if w := d.wait(later); w != 0 {
 		t.Fatalf("a router without a name delays %v", w)
 	}
 }
@@ -162,15 +162,15 @@ func TestAdmissionWaitOnlyWhenTheBurstCouldChangeTheChoice(t *testing.T) {
 		if w != tc.want {
 			t.Errorf("%s, b caching %d of 1600 tokens: wait %v, want %v", tc.policy, tc.cached, w, tc.want)
 		}
-		if d.AdmissionDelay(later) != 15*time.Millisecond {
-			t.Errorf("%s: the turn itself moved: %v", tc.policy, d.AdmissionDelay(later))
+		if d.wait(later) != 15*time.Millisecond {
+			t.Errorf("%s: the turn itself moved: %v", tc.policy, d.wait(later))
 		}
 	}
 }
 
 // Fast smooth traffic puts many peer decisions near each own one, but no more than its rate
 // does: no stagger. The same number of peer decisions in bursts is staggered.
-func TestAdmissionDelayIgnoresFastSmoothTraffic(t *testing.T) {
+func TestTurnsIgnoreFastSmoothTraffic(t *testing.T) {
 	for _, bursty := range []bool{false, true} {
 		d, _ := testDecider(t, DeciderConfig{})
 		d.SetRouterID("z") // last by name: any stagger shows
@@ -193,7 +193,7 @@ func TestAdmissionDelayIgnoresFastSmoothTraffic(t *testing.T) {
 				}
 			}
 		}
-		w := d.AdmissionDelay(now.Add(4 * time.Second))
+		w := d.wait(now.Add(4 * time.Second))
 		if bursty && w != 10*time.Millisecond {
 			t.Fatalf("bursts: delay %v, want 10ms (last of 3 routers)", w)
 		}
@@ -201,4 +201,10 @@ func TestAdmissionDelayIgnoresFastSmoothTraffic(t *testing.T) {
 			t.Fatalf("smooth traffic at 500 decisions/s: delay %v, want none", w)
 		}
 	}
+}
+
+// wait is the turn a request arriving at now would wait (Decider.turn's wait).
+func (d *Decider) wait(now time.Time) time.Duration {
+	w, _ := d.turn(now)
+	return w
 }

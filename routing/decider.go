@@ -33,7 +33,7 @@ type Decider struct {
 	own    map[string]*InFlight
 	peers  peerLoads
 	conc   concurrency
-	slot   time.Duration // AdmissionDelay's wait per router ahead
+	slot   time.Duration // AdmissionWait's turn per router ahead
 	id     string        // the name peers know this router by (SetRouterID): its stagger rank
 	spread bool          // pass the learned concurrency to the policy
 
@@ -116,7 +116,7 @@ type DeciderConfig struct {
 	// ConcurrencyWindow is how long after each of its decisions this router counts its peers'
 	// decisions as taken unseen beside it (concurrency.go; DefaultConcurrencyWindow when 0).
 	ConcurrencyWindow time.Duration
-	// AdmissionSlot is AdmissionDelay's wait per router ahead in the stagger
+	// AdmissionSlot is AdmissionWait's turn per router ahead in the stagger
 	// (DefaultAdmissionSlot when 0; negative disables the stagger).
 	AdmissionSlot time.Duration
 	// NoTTFTLearning keeps every node at the prior fit (TTFTFit's zero value: the nominal
@@ -408,7 +408,7 @@ func (d *Decider) estimate(hashes []uint64, ids []string, blocks, iblocks []int,
 }
 
 // SetRouterID names this router as its peers know it (the sharer's router id), which orders
-// the routers' turns in a burst (AdmissionDelay). Call before deciding.
+// the routers' turns in a burst (AdmissionWait). Call before deciding.
 func (d *Decider) SetRouterID(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -9,23 +9,15 @@ import (
 // peers, and, for a policy whose costs are predicted seconds, whether the burst's other
 // decisions could change this one's at all.
 
-// AdmissionDelay is how long the caller should wait before deciding a request that arrived at
-// now: 0 unless this router has learned that its peers decide in bursts, in the same instants
-// as it does (a trace's simultaneous arrivals, an agent's fan-out, a batch job), and then until
+// turn is how long a request that arrived at now waits for this router's turn, and the peer
+// decisions expected in the same burst (the learned burst size, rounded up). The wait is 0
+// unless this router has learned that its peers decide in bursts, in the same instants as it
+// does (a trace's simultaneous arrivals, an agent's fan-out, a batch job), and then lasts until
 // its turn in a stagger of the routers by name (SetRouterID), one slot (a few share latencies)
 // per router ahead of it, at most MaxAdmissionDelay, counted from the burst's first decision. In
 // a burst the routers then decide one after another, each seeing the decisions and load the
 // ones before it shared, as one router deciding the burst in turn would; a router's own
-// requests in the burst are decided together, each seeing the ones before it. Routers that wait
-// call Decide afterwards with the later time; callers that cannot wait skip it. AdmissionWait
-// refines it for one request.
-func (d *Decider) AdmissionDelay(now time.Time) time.Duration {
-	w, _ := d.turn(now)
-	return w
-}
-
-// turn is AdmissionDelay's wait and the peer decisions expected in the same burst (the learned
-// burst size, rounded up).
+// requests in the burst are decided together, each seeing the ones before it.
 func (d *Decider) turn(now time.Time) (time.Duration, int) {
 	if d.slot <= 0 {
 		return 0, 0
@@ -55,16 +47,17 @@ type herdCoster interface {
 	herdedCost(req *Request, n *NodeInfo, matched, others int) float64
 }
 
-// AdmissionWait is AdmissionDelay for one request over its candidates, leaving out the waits
-// that cannot change its decision. When the policy's costs are predicted seconds (prefixmesh)
+// AdmissionWait is how long the caller should wait before deciding req over its candidates:
+// this router's turn in a burst (turn), leaving out the waits that cannot change the decision. When the policy's costs are predicted seconds (prefixmesh)
 // it previews the decision (CommitNone, into c) and waits only if the peer decisions expected
 // in the same burst (the learned burst size), each a request like this one sent to the chosen
 // node first, could make another candidate cheaper: the contested requests of a burst, which
 // would herd, take turns, and those whose prefix makes one node clearly best (a conversation's
 // later turn, a long shared prefix) are decided at once. The bound counts every peer decision
 // of the burst, not only those of the routers ahead, because the peers' own uncontested
-// requests are decided at once too. Other policies wait AdmissionDelay. nodes are as for
-// Decide (which overwrites their in-flight fields); call Decide afterwards, after the wait.
+// requests are decided at once too. Other policies wait every turn. nodes are as for Decide
+// (which overwrites their in-flight fields); call Decide afterwards, after the wait, with the
+// later time; callers that cannot wait skip it.
 func (d *Decider) AdmissionWait(req *DecideRequest, nodes []NodeInfo, now time.Time, c *Choice) time.Duration {
 	w, burst := d.turn(now)
 	hc, ok := d.policy.(herdCoster)

@@ -28,7 +28,7 @@ type Result struct {
 	ShareMessages                int64   `json:"share_messages"`
 	ShareLost                    int64   `json:"share_lost"`
 	Repairs                      int     `json:"repairs"` // full-summary pulls after a gap, all routers
-	// The burst stagger (routing.Decider.AdmissionDelay): the share of requests whose router
+	// The burst stagger (routing.Decider.AdmissionWait): the share of requests whose router
 	// waited its turn before deciding, and the mean wait over all requests (part of the TTFT).
 	StaggeredShare float64 `json:"staggered_share"`
 	StaggerMeanMs  float64 `json:"stagger_mean_ms"`

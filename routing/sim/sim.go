@@ -76,7 +76,7 @@ type Config struct {
 	// the same bytes — a report goes out only when the counts changed, so the cost follows the
 	// request rate, not the interval).
 	ShareInterval time.Duration
-	// NoAdmissionDelay turns off the routers' stagger of bursts (routing.Decider.AdmissionDelay),
+	// NoAdmissionDelay turns off the routers' stagger of bursts (routing.Decider.AdmissionWait),
 	// to measure what it does; off, a router decides the instant a request arrives.
 	NoAdmissionDelay bool
 	// AdmissionSlot is the stagger's wait per router ahead (routing.DeciderConfig.AdmissionSlot;
