@@ -100,7 +100,7 @@ func rendezvousOrder(key uint64, nodes []string) []string {
 //     so no summary can tell) is expected there by the other routers;
 //   - a burst of 30 requests sharing a new 4k-token prefix, spread over the three front doors,
 //     lands on one node, where one router puts it, and all but the first find it cached;
-//   - the routers agree on every session, over gRPC and over HTTP.
+//   - with the same view, the routers agree on every session, over gRPC and over HTTP.
 func TestThreeRoutersRouteAsOne(t *testing.T) {
 	h, routers, ccs, nodes := threeRouters(t)
 	ctx := context.Background()
@@ -164,10 +164,14 @@ func TestThreeRoutersRouteAsOne(t *testing.T) {
 		t.Fatalf("only %d of 30 requests found the 4k prefix cached (%v)", hits, perNode)
 	}
 
-	// Sessions: every router, both doors, the same node.
+	// Sessions: every router, both doors, the same node. A new session's first request is decided
+	// by load, so each one starts once the routers' views agree: nothing in flight anywhere as
+	// each router sees it. A peer's load report is up to a share interval old, and a finished
+	// request still counted there would make a router alone choose another node for the session.
 	for s := range 20 {
 		name := fmt.Sprint("conversation-", s)
 		toks := prompt(3000000+100*s, 48)
+		h.eventually(fmt.Sprint("the routers see no load before ", name), func() error { return allIdle(ccs, toks) })
 		var got []string
 		for _, cc := range ccs {
 			r, err := pb.NewRouterClient(cc).Route(ctx, &pb.RouteRequest{Tokens: toks, SessionId: name})
@@ -187,4 +191,21 @@ func TestThreeRoutersRouteAsOne(t *testing.T) {
 		}
 	}
 	t.Logf("burst: %v, %d of 30 cached; sessions agree on gRPC and HTTP across three routers", perNode, hits)
+}
+
+// allIdle is nil when every router, asked for a dry run of tokens, weighs every candidate at
+// zero load: the views a new session's first decision is made from are the same on each.
+func allIdle(ccs []*grpc.ClientConn, tokens []uint32) error {
+	for i, cc := range ccs {
+		r, err := pb.NewRouterClient(cc).Route(context.Background(), &pb.RouteRequest{Tokens: tokens, DryRun: true})
+		if err != nil {
+			return err
+		}
+		for _, c := range r.GetCandidates() {
+			if c.GetLoad() != 0 {
+				return fmt.Errorf("router-%d weighs %s at load %v", i, c.GetNodeId(), c.GetLoad())
+			}
+		}
+	}
+	return nil
 }
