@@ -317,12 +317,12 @@ func runConformance(t *testing.T, args []string) {
 	}
 	if hasReplay {
 		converge(t, m, ref, "gap replayed")
-		if testutil.ToFloat64(f.met.gaps.WithLabelValues("0")) < 1 || testutil.ToFloat64(f.met.replays.WithLabelValues("0", "ok")) < 1 {
-			t.Fatal("the gap was not counted or not replayed")
-		}
-		if !f.Complete() {
-			t.Fatal("mirror incomplete after a successful replay")
-		}
+		// The replayed batches are applied as they arrive; the gap and the replay are counted
+		// once the replay's reply is complete, a moment after the mirror has converged.
+		waitFor(t, "the gap counted and replayed", func() bool {
+			return testutil.ToFloat64(f.met.gaps.WithLabelValues("0")) >= 1 && testutil.ToFloat64(f.met.replays.WithLabelValues("0", "ok")) >= 1
+		})
+		waitFor(t, "the mirror complete after a successful replay", f.Complete)
 	} else {
 		// No replay: the rank is cleared and rebuilt from the batch after the gap, and marked cold.
 		waitFor(t, "resync after an unreplayable gap", func() bool {
