@@ -42,11 +42,12 @@ type Decider struct {
 	// learned is what this router has learned of each node's TTFT from its own requests'
 	// first tokens (ttft.go); guarded by mu, dropped by ForgetNode. nominal is the policy's
 	// default prefill rate, the learner's unit of work.
-	learned map[string]*ttftLearner
-	fleet   ttftLearner
-	noLearn bool
-	outbox  ttftOutbox // first tokens for the peers (decider_ttft.go)
-	pcfg    PolicyConfig
+	learned    map[string]*ttftLearner
+	learnedGen uint64 // changes whenever learned gains or loses a node (Choice.learned)
+	fleet      ttftLearner
+	noLearn    bool
+	outbox     ttftOutbox // first tokens for the peers (decider_ttft.go)
+	pcfg       PolicyConfig
 
 	// commits counts decisions committed (Begin or Record): a decision that estimated before
 	// another committed estimates again under mu.
@@ -71,6 +72,9 @@ type refreshItem struct {
 	node     string
 	from, to int
 }
+
+// deciders counts the Deciders made, to give each its own range of learnedGen.
+var deciders atomic.Uint64
 
 // InFlight is a router's load on one node: requests sent and not finished, their prompt tokens,
 // and the uncached prefill tokens of those not yet at their first token.
@@ -145,7 +149,8 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 		ttl = DefaultPeerLoadTTL
 	}
 	d := &Decider{index: index, overlay: overlay, policy: policy, maxPer: cfg.MaxInFlightPerNode, hooks: cfg.Hooks,
-		own: make(map[string]*InFlight), peers: newPeerLoads(ttl), learned: make(map[string]*ttftLearner)}
+		own: make(map[string]*InFlight), peers: newPeerLoads(ttl), learned: make(map[string]*ttftLearner),
+		learnedGen: deciders.Add(1) << 32} // a Choice used with another decider never matches its generation
 	d.pcfg = DefaultPolicyConfig()
 	if p, ok := policy.(interface{ Config() PolicyConfig }); ok {
 		d.pcfg = p.Config()
@@ -222,6 +227,7 @@ type Choice struct {
 	matched []int
 	hashes  []uint64
 	extra   []uint64
+	learned idMemo[*ttftLearner] // each candidate's learner (nil: none), kept for the next decision
 }
 
 // Decide chooses a node among nodes for req and commits the decision as commit says. nodes are
@@ -271,12 +277,13 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	c.orig = c.orig[:0]
 	kept := 0
 	atCap := false
+	learners := c.learned.resolve(c.ids, d.learnedGen, func(id string) *ttftLearner { return d.learned[id] })
 	for i := range nodes {
 		n := &nodes[i]
 		l := d.inFlightLocked(n.ID)
 		n.InFlight, n.InFlightTokens, n.InFlightPrefillTokens = l.Requests, l.Tokens, l.PrefillTokens
 		n.TTFT = d.fleet.fit
-		if ln := d.learned[n.ID]; ln != nil && ln.distinctFrom(d.fleet.fit) {
+		if ln := learners[i]; ln != nil && ln.distinctFrom(d.fleet.fit) {
 			n.TTFT = ln.fit
 		}
 		n.TTFT.FleetScale = d.fleet.fit.PrefillScale()
@@ -475,6 +482,7 @@ func (d *Decider) Expire(now time.Time) {
 func (d *Decider) ForgetNode(node string) {
 	d.mu.Lock()
 	delete(d.learned, node)
+	d.learnedGen++
 	d.mu.Unlock()
 	if d.overlay != nil {
 		d.overlay.ForgetNode(node)

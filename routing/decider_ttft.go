@@ -75,6 +75,7 @@ func (d *Decider) learnerLocked(node string) *ttftLearner {
 	if l == nil {
 		l = new(ttftLearner)
 		d.learned[node] = l
+		d.learnedGen++
 	}
 	return l
 }

@@ -12,11 +12,23 @@ type estimateScratch struct {
 	parked []int32     // by requested node: its slot, or -1 when unknown
 	ahead  []uint64    // Overlay.Estimate: slots whose index run covers the current block
 	order  []slotStart // Overlay.Estimate: the ahead slots by the end of their index runs
+
+	slots idMemo[int32] // the requested nodes' slots (-1: none), remembered for the next call
 }
 
 // slotStart is a slot and the block its overlay walk starts at.
 type slotStart struct {
 	start, slot int32
+}
+
+// slotsOf is the slot of each of nodes in t (-1 for none).
+func (s *estimateScratch) slotsOf(t *slotTable, nodes []string) []int32 {
+	return s.slots.resolve(nodes, t.gen, func(id string) int32 {
+		if sl, ok := t.lookup(id); ok {
+			return sl
+		}
+		return -1
+	})
 }
 
 func (s *estimateScratch) reset(words, slots, nodes int) {
@@ -55,9 +67,8 @@ func (x *Index) Estimate(hashes []uint64, nodes []string, matchedBlocks []int) {
 	sc.reset(len(x.words), len(x.nodes), len(nodes))
 	alive := sc.alive
 	live := false
-	for i, id := range nodes {
-		s, ok := x.slots.lookup(id)
-		if !ok {
+	for i, s := range sc.slotsOf(&x.slots, nodes) {
+		if s < 0 {
 			sc.parked[i] = -1
 			continue
 		}

@@ -175,9 +175,8 @@ func (o *Overlay) Estimate(hashes []uint64, nodes []string, matchedBlocks []int,
 	alive, ahead := sc.alive, sc.ahead
 	live := false
 	n := len(hashes)
-	for i, id := range nodes {
-		s, ok := o.slots.lookup(id)
-		if !ok || matchedBlocks[i] >= n {
+	for i, s := range sc.slotsOf(&o.slots, nodes) {
+		if s < 0 || matchedBlocks[i] >= n {
 			sc.parked[i] = -1
 			continue
 		}

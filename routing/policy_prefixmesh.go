@@ -179,23 +179,27 @@ func sameScore(a, b float64) bool {
 }
 
 // minScore returns the candidate with the lowest finite Score, ties to the highest rendezvous
-// weight of key, or -1 when every score is +Inf.
+// weight of key, or -1 when every score is +Inf. Ties are the scores equal to the lowest up to
+// float rounding; only those are weighed, so a decision hashes a node id only where it matters.
 func minScore(key uint64, nodes []NodeInfo, cands []Candidate) int {
+	lo := math.Inf(1)
+	for i := range cands {
+		if s := cands[i].Score; s < lo {
+			lo = s
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return -1
+	}
 	best := -1
 	var bestW uint64
 	for i := range cands {
-		s := cands[i].Score
-		if math.IsInf(s, 1) {
+		if s := cands[i].Score; s != lo && (math.IsInf(s, 1) || !sameScore(s, lo)) {
 			continue
 		}
-		if best >= 0 && !sameScore(s, cands[best].Score) && s > cands[best].Score {
-			continue
+		if w := RendezvousWeight(key, nodes[i].ID); best < 0 || w > bestW {
+			best, bestW = i, w
 		}
-		w := RendezvousWeight(key, nodes[i].ID)
-		if best >= 0 && sameScore(s, cands[best].Score) && w <= bestW {
-			continue
-		}
-		best, bestW = i, w
 	}
 	return best
 }

@@ -8,6 +8,7 @@ type slotTable struct {
 	byID map[string]int32
 	ids  []string // by slot; "" when free
 	free []int32  // free slots, kept sorted descending so the lowest is at the end
+	gen  uint64   // changes whenever an id gains or loses its slot (idMemo)
 }
 
 func newSlotTable() slotTable {
@@ -33,6 +34,7 @@ func (t *slotTable) acquire(id string) (slot int32, created bool) {
 		t.ids = append(t.ids, id)
 	}
 	t.byID[id] = slot
+	t.gen++
 	return slot, true
 }
 
@@ -43,6 +45,7 @@ func (t *slotTable) release(id string) {
 		return
 	}
 	delete(t.byID, id)
+	t.gen++
 	t.ids[s] = ""
 	// Insert keeping descending order (the free list is at most the number of removed nodes).
 	i := len(t.free)
@@ -61,3 +64,31 @@ func (t *slotTable) release(id string) {
 
 // words is the number of 64-bit words a bitset over all slots needs.
 func (t *slotTable) words() int { return (len(t.ids) + 63) / 64 }
+
+// idMemo remembers, by position, the value looked up for each id of a list, for a table
+// generation. Consecutive decisions mostly ask for the same candidates in the same order, so an
+// id asked at the same position as last time, with the table unchanged since, keeps its answer
+// without a map lookup: comparing ids that share their bytes (the same node list) costs far less
+// than hashing them.
+type idMemo[V any] struct {
+	ids  []string
+	vals []V
+	gen  uint64
+}
+
+// resolve returns the value of each of ids, by look where it is not remembered for gen; gen must
+// change whenever look's answer for any id may have.
+func (m *idMemo[V]) resolve(ids []string, gen uint64, look func(string) V) []V {
+	same := m.gen == gen && len(m.ids) == len(ids)
+	if len(m.ids) != len(ids) {
+		m.ids, m.vals = grow(m.ids, len(ids)), grow(m.vals, len(ids))
+	}
+	for i, id := range ids {
+		if same && m.ids[i] == id {
+			continue
+		}
+		m.ids[i], m.vals[i] = id, look(id)
+	}
+	m.gen = gen
+	return m.vals
+}

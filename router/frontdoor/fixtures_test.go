@@ -7,13 +7,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // stairPicker is a PolicyPicker over nodes fake nodes, node i holding the first i/nodes of
 // prompt's blocks (a staircase of prefix lengths), and the prompt: the fleet the decision
-// benchmarks and the allocation test route over.
+// benchmarks and the allocation test route over. The nodes come as the router lists them: the
+// gossip mirror's snapshot through MirrorNodes.
 func stairPicker(tb testing.TB, nodes, tokens int) (*PolicyPicker, []uint32) {
 	tb.Helper()
 	const bs = 16
@@ -22,26 +24,25 @@ func stairPicker(tb testing.TB, nodes, tokens int) (*PolicyPicker, []uint32) {
 		toks[i] = uint32(i*7919) % 100000
 	}
 	hashes := local.BlockHashes(toks, bs, 0)
-	list := &nodeList{}
 	idx := routing.NewIndex(routing.DefaultIndexConfig())
-	var targets []NodeTarget
+	var snapshot fakeMirror // the mirror's snapshot: a node list that does not change
 	for i := range nodes {
 		id := fmt.Sprintf("node-%02d", i)
-		targets = append(targets, target(id, "http://"+id))
+		snapshot = append(snapshot, cluster.NodeStatus{Synced: true,
+			Meta: cluster.Meta{NodeID: id, EngineURL: "http://" + id, Model: simModel, BlockSize: bs}})
 		idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
 	}
-	list.set(targets)
-	return newPolicyPicker(tb, list, idx), toks
+	return newPolicyPicker(tb, MirrorNodes{M: snapshot}, idx), toks
 }
 
-// newPolicyPicker is the default prefixmesh PolicyPicker over list and idx.
-func newPolicyPicker(tb testing.TB, list *nodeList, idx *routing.Index) *PolicyPicker {
+// newPolicyPicker is the default prefixmesh PolicyPicker over src and idx.
+func newPolicyPicker(tb testing.TB, src NodeSource, idx *routing.Index) *PolicyPicker {
 	tb.Helper()
 	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p, err := NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+	p, err := NewPolicyPicker(src, idx, routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -23,39 +23,66 @@ type MirrorNodes struct {
 	Now func() time.Time // nil: time.Now
 }
 
-var _ NodeSource = MirrorNodes{}
+var (
+	_ NodeSource   = MirrorNodes{}
+	_ NodeAppender = MirrorNodes{}
+)
 
 // Nodes implements NodeSource.
 func (m MirrorNodes) Nodes() []NodeTarget {
-	now := time.Now
-	if m.Now != nil {
-		now = m.Now
-	}
-	t := now()
-	st := m.M.Nodes()
+	t, st := m.now(), m.M.Nodes()
 	out := make([]NodeTarget, 0, len(st))
-	for _, n := range st {
-		if !n.Synced || n.Meta.EngineURL == "" {
-			continue
+	for i := range st {
+		if n := &st[i]; listed(n) {
+			out = append(out, NodeTarget{EngineURL: n.Meta.EngineURL, Info: mirrorInfo(n, t)})
 		}
-		age := time.Duration(0)
-		if !n.LoadRecv.IsZero() {
-			age = t.Sub(n.LoadRecv)
-		}
-		out = append(out, NodeTarget{EngineURL: n.Meta.EngineURL, Info: routing.NodeInfo{
-			ID:                  n.Meta.NodeID,
-			Alive:               true,
-			Draining:            n.Meta.Draining,
-			Cold:                n.Meta.Cold,
-			Model:               n.Meta.Model,
-			QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
-			Running:             int(n.Load.Running),
-			Waiting:             int(n.Load.Waiting),
-			FreeBlocks:          int(n.Load.FreeBlocks),
-			CapacityBlocks:      int(n.Meta.KVCapacity),
-			LoadAge:             age,
-			BlockSize:           int(n.Meta.BlockSize),
-		}})
 	}
 	return out
+}
+
+// AppendEligible implements NodeAppender.
+func (m MirrorNodes) AppendEligible(infos []routing.NodeInfo, urls []string, el *routing.Eligibility) ([]routing.NodeInfo, []string) {
+	t, st := m.now(), m.M.Nodes()
+	for i := range st {
+		n := &st[i]
+		if !listed(n) {
+			continue
+		}
+		if in := mirrorInfo(n, t); el.Eligible(&in) {
+			infos, urls = append(infos, in), append(urls, n.Meta.EngineURL)
+		}
+	}
+	return infos, urls
+}
+
+func (m MirrorNodes) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// listed is whether the router routes to n at all: synced once, with an engine URL.
+func listed(n *cluster.NodeStatus) bool { return n.Synced && n.Meta.EngineURL != "" }
+
+// mirrorInfo is the routing view of a mirrored node at t.
+func mirrorInfo(n *cluster.NodeStatus, t time.Time) routing.NodeInfo {
+	age := time.Duration(0)
+	if !n.LoadRecv.IsZero() {
+		age = t.Sub(n.LoadRecv)
+	}
+	return routing.NodeInfo{
+		ID:                  n.Meta.NodeID,
+		Alive:               true,
+		Draining:            n.Meta.Draining,
+		Cold:                n.Meta.Cold,
+		Model:               n.Meta.Model,
+		QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
+		Running:             int(n.Load.Running),
+		Waiting:             int(n.Load.Waiting),
+		FreeBlocks:          int(n.Load.FreeBlocks),
+		CapacityBlocks:      int(n.Meta.KVCapacity),
+		LoadAge:             age,
+		BlockSize:           int(n.Meta.BlockSize),
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
+	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 type fakeMirror []cluster.NodeStatus
@@ -30,6 +31,15 @@ func TestMirrorNodes(t *testing.T) {
 	if got[0].EngineURL != "http://a" || in.ID != "a" || !in.Alive || in.Model != "m" || in.BlockSize != 16 ||
 		in.Running != 2 || in.Waiting != 1 || in.QueuedPrefillTokens != 300 || in.CapacityBlocks != 99 || in.LoadAge != time.Second || !in.Cold {
 		t.Fatalf("node %+v", got[0])
+	}
+	// A decision lists the same nodes into its scratch, leaving out those it may not use.
+	src := MirrorNodes{M: m, Now: func() time.Time { return now }}
+	infos, urls := src.AppendEligible(nil, nil, &routing.Eligibility{Model: "m"})
+	if len(infos) != 1 || infos[0] != in || len(urls) != 1 || urls[0] != "http://a" {
+		t.Fatalf("eligible for m: %+v %v", infos, urls)
+	}
+	if infos, urls := src.AppendEligible(infos[:0], urls[:0], &routing.Eligibility{Model: "other"}); len(infos) != 0 || len(urls) != 0 {
+		t.Fatalf("eligible for another model: %+v %v", infos, urls)
 	}
 }
 

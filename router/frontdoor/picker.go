@@ -79,6 +79,14 @@ type NodeSource interface {
 	Nodes() []NodeTarget
 }
 
+// NodeAppender is a NodeSource that can append the nodes el admits, and their engine URLs,
+// straight into a decision's scratch: the gossip view builds each node's entry per call, and a
+// decision that lists them this way allocates and copies nothing more for them (MirrorNodes
+// implements it).
+type NodeAppender interface {
+	AppendEligible(infos []routing.NodeInfo, urls []string, el *routing.Eligibility) ([]routing.NodeInfo, []string)
+}
+
 // Ejector reports whether passive health has taken a node out of routing (Health implements it).
 type Ejector interface {
 	Ejected(nodeID string) bool

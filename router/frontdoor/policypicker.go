@@ -204,9 +204,14 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 // list fills sc with the eligible nodes and their engine URLs; false when there are none.
 func (p *PolicyPicker) list(sc *pickScratch, el *routing.Eligibility) bool {
 	sc.nodes, sc.urls = sc.nodes[:0], sc.urls[:0]
-	for _, n := range p.src.Nodes() {
-		if in := &n.Info; el.Eligible(in) {
-			sc.nodes = append(sc.nodes, *in)
+	if a, ok := p.src.(NodeAppender); ok {
+		sc.nodes, sc.urls = a.AppendEligible(sc.nodes, sc.urls, el)
+		return len(sc.nodes) > 0
+	}
+	all := p.src.Nodes()
+	for i := range all { // by index: a NodeTarget is a few hundred bytes
+		if n := &all[i]; el.Eligible(&n.Info) {
+			sc.nodes = append(sc.nodes, n.Info)
 			sc.urls = append(sc.urls, n.EngineURL)
 		}
 	}
