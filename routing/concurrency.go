@@ -52,6 +52,7 @@ type concurrency struct {
 	// Receipt times of the latest peer decisions, to count those just before an own decision.
 	recent     [concurrencyRecent]time.Time
 	recentNext int
+	recentLen  int // recent[:recentLen] have been written: a router without peers scans none
 }
 
 // concurrencyRecent bounds the peer decisions remembered for counting before an own decision.
@@ -105,7 +106,7 @@ func (c *concurrency) ownDecision(now time.Time, span time.Duration) {
 	}
 	w := c.window + span
 	before := 0
-	for _, r := range c.recent {
+	for _, r := range c.recent[:c.recentLen] {
 		if !r.IsZero() && !r.After(now) && now.Sub(r) <= w {
 			before++
 		}
@@ -146,6 +147,10 @@ func (c *concurrency) peerDecision(peer, node string, offset int, hashes []uint6
 	}
 	c.recent[c.recentNext] = now
 	c.recentNext = (c.recentNext + 1) % concurrencyRecent
+	c.recentLen = max(c.recentLen, c.recentNext)
+	if c.recentNext == 0 {
+		c.recentLen = concurrencyRecent
+	}
 	return false, false
 }
 
@@ -165,7 +170,7 @@ func (c *concurrency) burstSize(now time.Time) float64 {
 // or a peer's (as received), within the base window plus span before now; now when there is none.
 func (c *concurrency) burstStart(now time.Time, span time.Duration) time.Time {
 	from, start := now.Add(-(c.window + span)), now
-	for _, r := range c.recent {
+	for _, r := range c.recent[:c.recentLen] {
 		if !r.IsZero() && r.Before(start) && !r.Before(from) {
 			start = r
 		}

@@ -175,7 +175,7 @@ func (p *prefixMesh) herdedCost(req *Request, n *NodeInfo, matched, others int) 
 
 // sameScore reports whether two finite costs are equal up to float rounding.
 func sameScore(a, b float64) bool {
-	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))+1e-15
+	return math.Abs(a-b) <= 1e-9*max(math.Abs(a), math.Abs(b))+1e-15
 }
 
 // minScore returns the candidate with the lowest finite Score, ties to the highest rendezvous

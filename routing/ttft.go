@@ -200,7 +200,7 @@ func nominalRate(n *NodeInfo, cfg *PolicyConfig) float64 {
 func prefillAhead(n *NodeInfo, cfg *PolicyConfig) float64 {
 	rate := nominalRate(n, cfg) / n.TTFT.PrefillScale()
 	queued := float64(n.QueuedPrefillTokens) - rate*n.LoadAge.Seconds()
-	return math.Max(math.Max(queued, float64(n.InFlightPrefillTokens)), 0)
+	return max(queued, float64(n.InFlightPrefillTokens), 0) // the builtin: math.Max's NaN and signed-zero rules, inlined
 }
 
 // seqsOn is the number of sequences on n as best known: the node's report or the router's count

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,6 +64,9 @@ type Health struct {
 
 	mu    sync.Mutex // guards nodes
 	nodes map[string]*nodeHealth
+	// ejected counts the nodes marked ejected (changed under mu): while it is 0, as it is almost
+	// always, Ejected answers without the lock, which every decision asks for every candidate.
+	ejected atomic.Int64
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
@@ -116,7 +120,7 @@ func (h *Health) Sweep() {
 	h.mu.Lock()
 	for id := range h.nodes {
 		if !present[id] {
-			delete(h.nodes, id)
+			h.forgetLocked(id)
 		}
 	}
 	h.mu.Unlock()
@@ -137,6 +141,7 @@ func (h *Health) ReportFailure(nodeID string) {
 	ejected := false
 	if !n.ejected && n.fails >= h.cfg.EjectAfter {
 		n.ejected, n.until = true, h.now().Add(n.backoff)
+		h.ejected.Add(1)
 		n.backoff = min(2*n.backoff, h.cfg.MaxBackoff)
 		ejected = true
 	}
@@ -159,12 +164,23 @@ func (h *Health) ReportSuccess(nodeID string) {
 func (h *Health) MarkHealthy(nodeID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.forgetLocked(nodeID)
+}
+
+// forgetLocked drops nodeID's health state. Callers hold mu.
+func (h *Health) forgetLocked(nodeID string) {
+	if n := h.nodes[nodeID]; n != nil && n.ejected {
+		h.ejected.Add(-1)
+	}
 	delete(h.nodes, nodeID)
 }
 
 // Ejected reports whether the node is out of routing now. A node whose window has passed is
 // half-open: it is routed again and its next failure ejects it again.
 func (h *Health) Ejected(nodeID string) bool {
+	if h.ejected.Load() == 0 {
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := h.nodes[nodeID]
@@ -175,6 +191,7 @@ func (h *Health) Ejected(nodeID string) bool {
 		return true
 	}
 	n.ejected = false
+	h.ejected.Add(-1)
 	n.fails = h.cfg.EjectAfter - 1
 	return false
 }

@@ -3,6 +3,7 @@ package frontdoor
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +75,51 @@ func TestHealthStateMachine(t *testing.T) {
 	if err := (HealthConfig{}).Validate(); err == nil {
 		t.Fatal("zero HealthConfig validated")
 	}
+}
+
+// Ejected answers without the lock while no node is ejected; the count behind that follows every
+// way an ejection starts and ends (the window passing, MarkHealthy, the node leaving the view),
+// so one node's return never hides another's ejection.
+func TestEjectedCountFollowsEjections(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	cfg := DefaultHealthConfig()
+	list := &nodeList{}
+	list.set([]NodeTarget{target("a", "http://a"), target("b", "http://b"), target("c", "http://c")})
+	h, err := NewHealth(cfg, list, nil, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eject := func(id string) {
+		for range cfg.EjectAfter {
+			h.ReportFailure(id)
+		}
+	}
+	check := func(step string, want int64, ejected ...string) {
+		t.Helper()
+		for _, id := range []string{"a", "b", "c"} {
+			if h.Ejected(id) != slices.Contains(ejected, id) {
+				t.Fatalf("%s: Ejected(%s) = %v, want ejected %v", step, id, h.Ejected(id), ejected)
+			}
+		}
+		// After asking: a passed window ends the ejection when it is next asked about.
+		if got := h.ejected.Load(); got != want {
+			t.Fatalf("%s: %d nodes counted as ejected, want %d", step, got, want)
+		}
+	}
+	check("at start", 0)
+	eject("a")
+	eject("b")
+	eject("b") // already ejected: counted once
+	check("a and b ejected", 2, "a", "b")
+	h.MarkHealthy("a")
+	check("a marked healthy", 1, "b")
+	clk.add(cfg.Backoff)
+	check("b's window passed", 0)
+	eject("c")
+	eject("a")
+	list.set([]NodeTarget{target("a", "http://a"), target("b", "http://b")})
+	h.Sweep()
+	check("c left the view", 1, "a")
 }
 
 // A node that keeps failing is ejected from routing (no more requests reach it, no client sees

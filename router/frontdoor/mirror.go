@@ -34,7 +34,8 @@ func (m MirrorNodes) Nodes() []NodeTarget {
 	out := make([]NodeTarget, 0, len(st))
 	for i := range st {
 		if n := &st[i]; listed(n) {
-			out = append(out, NodeTarget{EngineURL: n.Meta.EngineURL, Info: mirrorInfo(n, t)})
+			out = append(out, NodeTarget{EngineURL: n.Meta.EngineURL})
+			setMirrorInfo(&out[len(out)-1].Info, n, t)
 		}
 	}
 	return out
@@ -48,9 +49,15 @@ func (m MirrorNodes) AppendEligible(infos []routing.NodeInfo, urls []string, el 
 		if !listed(n) {
 			continue
 		}
-		if in := mirrorInfo(n, t); el.Eligible(&in) {
-			infos, urls = append(infos, in), append(urls, n.Meta.EngineURL)
+		// Built in place, and taken back if el refuses it: a NodeInfo is 168 bytes.
+		infos = append(infos, routing.NodeInfo{})
+		in := &infos[len(infos)-1]
+		setMirrorInfo(in, n, t)
+		if !el.Eligible(in) {
+			infos = infos[:len(infos)-1]
+			continue
 		}
+		urls = append(urls, n.Meta.EngineURL)
 	}
 	return infos, urls
 }
@@ -65,24 +72,13 @@ func (m MirrorNodes) now() time.Time {
 // listed is whether the router routes to n at all: synced once, with an engine URL.
 func listed(n *cluster.NodeStatus) bool { return n.Synced && n.Meta.EngineURL != "" }
 
-// mirrorInfo is the routing view of a mirrored node at t.
-func mirrorInfo(n *cluster.NodeStatus, t time.Time) routing.NodeInfo {
-	age := time.Duration(0)
+// setMirrorInfo fills in, a zero NodeInfo, with the routing view of a mirrored node at t (field
+// by field: the NodeInfo is already in place in the caller's slice).
+func setMirrorInfo(in *routing.NodeInfo, n *cluster.NodeStatus, t time.Time) {
 	if !n.LoadRecv.IsZero() {
-		age = t.Sub(n.LoadRecv)
+		in.LoadAge = t.Sub(n.LoadRecv)
 	}
-	return routing.NodeInfo{
-		ID:                  n.Meta.NodeID,
-		Alive:               true,
-		Draining:            n.Meta.Draining,
-		Cold:                n.Meta.Cold,
-		Model:               n.Meta.Model,
-		QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
-		Running:             int(n.Load.Running),
-		Waiting:             int(n.Load.Waiting),
-		FreeBlocks:          int(n.Load.FreeBlocks),
-		CapacityBlocks:      int(n.Meta.KVCapacity),
-		LoadAge:             age,
-		BlockSize:           int(n.Meta.BlockSize),
-	}
+	in.ID, in.Alive, in.Draining, in.Cold, in.Model = n.Meta.NodeID, true, n.Meta.Draining, n.Meta.Cold, n.Meta.Model
+	in.QueuedPrefillTokens, in.Running, in.Waiting = int(n.Load.QueuedPrefillTokens), int(n.Load.Running), int(n.Load.Waiting)
+	in.FreeBlocks, in.CapacityBlocks, in.BlockSize = int(n.Load.FreeBlocks), int(n.Meta.KVCapacity), int(n.Meta.BlockSize)
 }
