@@ -52,7 +52,15 @@ type concurrency struct {
 	// Receipt times of the latest peer decisions, to count those just before an own decision.
 	recent     [concurrencyRecent]time.Time
 	recentNext int
-	recentLen  int // recent[:recentLen] have been written: a router without peers scans none
+	recentLen  int // how many of recent have been written (recentAt)
+}
+
+// recentAt is the k-th latest peer receipt, k from 1 to recentLen. Receipts are written in the
+// order they are received, so scanning from the latest back can stop at the first one older
+// than a window: a router with peers deciding steadily looks at the few in its window, not at
+// all it remembers.
+func (c *concurrency) recentAt(k int) time.Time {
+	return c.recent[(c.recentNext-k+concurrencyRecent)%concurrencyRecent]
 }
 
 // concurrencyRecent bounds the peer decisions remembered for counting before an own decision.
@@ -106,8 +114,12 @@ func (c *concurrency) ownDecision(now time.Time, span time.Duration) {
 	}
 	w := c.window + span
 	before := 0
-	for _, r := range c.recent[:c.recentLen] {
-		if !r.IsZero() && !r.After(now) && now.Sub(r) <= w {
+	for k := 1; k <= c.recentLen; k++ {
+		r := c.recentAt(k)
+		if now.Sub(r) > w {
+			break // the rest are older
+		}
+		if !r.After(now) {
 			before++
 		}
 	}
@@ -170,8 +182,12 @@ func (c *concurrency) burstSize(now time.Time) float64 {
 // or a peer's (as received), within the base window plus span before now; now when there is none.
 func (c *concurrency) burstStart(now time.Time, span time.Duration) time.Time {
 	from, start := now.Add(-(c.window + span)), now
-	for _, r := range c.recent[:c.recentLen] {
-		if !r.IsZero() && r.Before(start) && !r.Before(from) {
+	for k := 1; k <= c.recentLen; k++ {
+		r := c.recentAt(k)
+		if r.Before(from) {
+			break // the rest are older
+		}
+		if r.Before(start) {
 			start = r
 		}
 	}

@@ -220,6 +220,7 @@ type Choice struct {
 	Ticket *Ticket
 
 	dec     Decision
+	rq      Request
 	ids     []string
 	orig    []int
 	blocks  []int
@@ -261,7 +262,10 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	if d.afterEstimate != nil {
 		d.afterEstimate()
 	}
-	rq := Request{Hashes: c.hashes, PromptTokens: len(req.Tokens), AdapterID: req.AdapterID, Model: req.Model,
+	// In the Choice, not on the stack: the policy is an interface, so &rq would escape, one
+	// allocation per decision.
+	rq := &c.rq
+	*rq = Request{Hashes: c.hashes, PromptTokens: len(req.Tokens), AdapterID: req.AdapterID, Model: req.Model,
 		SessionKey: req.SessionKey, BlockSize: bs0}
 
 	d.mu.Lock()
@@ -310,7 +314,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 			cands[j], matched[j] = nodes[i], c.matched[i]
 		}
 	}
-	if err := d.policy.Choose(&rq, cands, matched, now, &c.dec); err != nil {
+	if err := d.policy.Choose(rq, cands, matched, now, &c.dec); err != nil {
 		d.mu.Unlock()
 		return err
 	}

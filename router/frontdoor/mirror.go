@@ -42,7 +42,7 @@ func (m MirrorNodes) Nodes() []NodeTarget {
 }
 
 // AppendEligible implements NodeAppender.
-func (m MirrorNodes) AppendEligible(infos []routing.NodeInfo, urls []string, el *routing.Eligibility) ([]routing.NodeInfo, []string) {
+func (m MirrorNodes) AppendEligible(infos []routing.NodeInfo, urls []string, el routing.Eligibility) ([]routing.NodeInfo, []string) {
 	t, st := m.now(), m.M.Nodes()
 	for i := range st {
 		n := &st[i]

@@ -34,11 +34,11 @@ func TestMirrorNodes(t *testing.T) {
 	}
 	// A decision lists the same nodes into its scratch, leaving out those it may not use.
 	src := MirrorNodes{M: m, Now: func() time.Time { return now }}
-	infos, urls := src.AppendEligible(nil, nil, &routing.Eligibility{Model: "m"})
+	infos, urls := src.AppendEligible(nil, nil, routing.Eligibility{Model: "m"})
 	if len(infos) != 1 || infos[0] != in || len(urls) != 1 || urls[0] != "http://a" {
 		t.Fatalf("eligible for m: %+v %v", infos, urls)
 	}
-	if infos, urls := src.AppendEligible(infos[:0], urls[:0], &routing.Eligibility{Model: "other"}); len(infos) != 0 || len(urls) != 0 {
+	if infos, urls := src.AppendEligible(infos[:0], urls[:0], routing.Eligibility{Model: "other"}); len(infos) != 0 || len(urls) != 0 {
 		t.Fatalf("eligible for another model: %+v %v", infos, urls)
 	}
 }

@@ -84,7 +84,7 @@ type NodeSource interface {
 // decision that lists them this way allocates and copies nothing more for them (MirrorNodes
 // implements it).
 type NodeAppender interface {
-	AppendEligible(infos []routing.NodeInfo, urls []string, el *routing.Eligibility) ([]routing.NodeInfo, []string)
+	AppendEligible(infos []routing.NodeInfo, urls []string, el routing.Eligibility) ([]routing.NodeInfo, []string)
 }
 
 // Ejector reports whether passive health has taken a node out of routing (Health implements it).

@@ -205,7 +205,7 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 func (p *PolicyPicker) list(sc *pickScratch, el *routing.Eligibility) bool {
 	sc.nodes, sc.urls = sc.nodes[:0], sc.urls[:0]
 	if a, ok := p.src.(NodeAppender); ok {
-		sc.nodes, sc.urls = a.AppendEligible(sc.nodes, sc.urls, el)
+		sc.nodes, sc.urls = a.AppendEligible(sc.nodes, sc.urls, *el) // by value: a pointer through the interface would escape
 		return len(sc.nodes) > 0
 	}
 	all := p.src.Nodes()
