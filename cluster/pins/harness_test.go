@@ -229,14 +229,19 @@ func (c *testCluster) leader(timeout time.Duration) *testNode {
 	return ld
 }
 
-// waitConverged waits until every live member applied the leader's applied index.
+// waitConverged waits until every live member applied the leader's applied index and holds its
+// configuration's voters.
 func (c *testCluster) waitConverged(timeout time.Duration) {
 	c.t.Helper()
 	ld := c.leader(timeout)
-	want := ld.store.fsm.AppliedIndex()
-	waitFor(c.t, timeout, fmt.Sprintf("all members to apply index %d", want), func() bool {
+	want, voters := ld.store.fsm.AppliedIndex(), ld.store.voters()
+	// The voter set too: membership changes are raft's own entries, which the table's applied
+	// index does not count. A member still on an older configuration refuses to vote for a
+	// member it does not know, so a leader frozen before the last change reached everyone
+	// leaves the rest unable ever to elect one.
+	waitFor(c.t, timeout, fmt.Sprintf("all members to apply index %d and know %d voters", want, voters), func() bool {
 		for _, nd := range c.live() {
-			if nd.store.fsm.AppliedIndex() < want {
+			if nd.store.fsm.AppliedIndex() < want || nd.store.voters() != voters {
 				return false
 			}
 		}
