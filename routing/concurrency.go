@@ -159,10 +159,7 @@ func (c *concurrency) peerDecision(peer, node string, offset int, hashes []uint6
 	}
 	c.recent[c.recentNext] = now
 	c.recentNext = (c.recentNext + 1) % concurrencyRecent
-	c.recentLen = max(c.recentLen, c.recentNext)
-	if c.recentNext == 0 {
-		c.recentLen = concurrencyRecent
-	}
+	c.recentLen = min(c.recentLen+1, concurrencyRecent)
 	return false, false
 }
 

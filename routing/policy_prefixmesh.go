@@ -191,17 +191,9 @@ func minScore(key uint64, nodes []NodeInfo, cands []Candidate) int {
 	if math.IsInf(lo, 1) {
 		return -1
 	}
-	best := -1
-	var bestW uint64
-	for i := range cands {
-		if s := cands[i].Score; s != lo && (math.IsInf(s, 1) || !sameScore(s, lo)) {
-			continue
-		}
-		if w := RendezvousWeight(key, nodes[i].ID); best < 0 || w > bestW {
-			best, bestW = i, w
-		}
-	}
-	return best
+	return pickRendezvous(key, nodes, cands, func(c *Candidate) bool {
+		return c.Score == lo || (!math.IsInf(c.Score, 1) && sameScore(c.Score, lo))
+	})
 }
 
 // minLoad returns the candidate with the lowest Load, ties to the highest rendezvous weight.

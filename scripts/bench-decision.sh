@@ -10,10 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-20}
 bin=$(mktemp)
-trap 'rm -f "$bin"' EXIT
-go test -c -o "$bin" ./router/frontdoor/
 out=$(mktemp)
 trap 'rm -f "$bin" "$out"' EXIT
+go test -c -o "$bin" ./router/frontdoor/
 for i in $(seq "$rounds"); do
   "$bin" -test.run '^$' -test.bench 'PickDecision/(8k|64k)/paired$' -test.benchtime "${BENCHTIME:-2000x}" |
     awk -v r="$i" '/paired/ { for (k = 1; k <= NF; k++) { if ($k == "decision/hash") q = $(k-1); if ($k == "decision-ns/op") d = $(k-1) }
