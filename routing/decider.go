@@ -28,6 +28,7 @@ type Decider struct {
 	policy  Policy
 	maxPer  int
 	hooks   DeciderHooks
+	totals  decisionTotals // what committed decisions expected to reuse (Totals)
 
 	mu     sync.Mutex // guards own, peers, pending and conc; serializes Choose with the load it saw
 	own    map[string]*InFlight
@@ -364,6 +365,9 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	}
 	d.mu.Unlock()
 
+	if commit != CommitNone {
+		d.totals.add(prompt, c.MatchedTokens, c.matched[:k], nodes)
+	}
 	if commit != CommitNone && d.hooks.OnDecision != nil {
 		d.hooks.OnDecision(id, c.Hashes, indexed, now)
 	}

@@ -263,6 +263,12 @@ func (d *routerd) buildDecisionPath() error {
 	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, d.reg, d.logger.With("component", "frontdoor")); err != nil {
 		return err
 	}
+	// What the router sees of each node and what its decisions expect to reuse, at every scrape
+	// (the dashboard's per-node panels and `prefixmesh-router status` read these).
+	if err = d.reg.Register(router.NewFleetCollector(router.FleetSource{Mirror: d.agent.Mirror(), Blocks: d.idx.NodeState,
+		Ejected: d.fd.Health.Ejected, Decider: d.decider})); err != nil {
+		return err
+	}
 	rcfg := router.DefaultConfig()
 	rcfg.Ejector = d.fd.Health
 	rcfg.Policy = d.cfg.Policy
