@@ -367,9 +367,12 @@ func (st *stream) end(err error) {
 	if o.Status >= 200 && o.Status < 300 { // 2xx, on the node that served
 		if o.TTFT > 0 {
 			met.ttft.Observe(o.TTFT.Seconds())
+			if !pk.ServedElsewhere() { // the prediction was the chosen node's
+				met.accuracy.ObservePredictedTTFT(pk.ExpectedTTFT)
+			}
 		}
 		if known {
-			met.accuracy.Observe(estimate, o.CachedTokens)
+			met.accuracy.Observe(estimate, o.CachedTokens, pk.PromptTokens)
 		}
 	}
 	if !known {

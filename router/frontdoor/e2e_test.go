@@ -111,7 +111,7 @@ func TestEndToEndSequential(t *testing.T) {
 	convs := newConversations(12)
 	const turns = 6
 	client := &http.Client{}
-	total, exact, hits, killedAt := 0, 0, 0, -1
+	total, exact, hits, killedAt, cachedSum := 0, 0, 0, -1, 0
 	perNode := map[string]int{}
 	last, killed := "", "" // the node that served the last request; the one killed
 	sessionNode := map[int]string{}
@@ -150,6 +150,9 @@ func TestEndToEndSequential(t *testing.T) {
 			if got.cached > 0 {
 				hits++
 			}
+			if got.cached >= 0 {
+				cachedSum += got.cached
+			}
 			last = got.header.Get(HeaderNode)
 			if last == killed && total > killedAt && killedAt >= 0 {
 				t.Fatalf("%s: served by the killed node", what)
@@ -179,6 +182,10 @@ func TestEndToEndSequential(t *testing.T) {
 	}
 	if got, want := counterValue(t, f.reg, "prefixmesh_frontdoor_estimate_exact_total"), float64(exact); got != want {
 		t.Fatalf("estimate_exact_total %v, want %v", got, want)
+	}
+	// The engine-observed hit ratio's numerator is the sum of what the engines reported.
+	if got, want := counterValue(t, f.reg, "prefixmesh_frontdoor_engine_cached_tokens_total"), float64(cachedSum); got != want {
+		t.Fatalf("engine_cached_tokens_total %v, want %v (the responses' cached_tokens)", got, want)
 	}
 	for _, field := range []string{`"node":"node-`, `"policy":"prefixmesh"`, `"estimate":`, `"cached_tokens":`, `"ttft":`, `"status":200`, `"retries":1`} {
 		if !strings.Contains(f.logs.String(), field) {

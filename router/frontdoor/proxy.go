@@ -416,8 +416,9 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	if resp.StatusCode == http.StatusOK {
 		if ttft > 0 {
 			s.met.ttft.Observe(ttft.Seconds())
+			s.met.accuracy.ObservePredictedTTFT(pk.ExpectedTTFT)
 		}
-		s.met.accuracy.Observe(pk.EstimatedMatchedTokens, obs.cached)
+		s.met.accuracy.Observe(pk.EstimatedMatchedTokens, obs.cached, lg.promptTokens)
 	}
 	if rerr == nil {
 		return
