@@ -105,7 +105,9 @@ func (c *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.Decider != nil {
 		t := c.src.Decider.Totals()
-		counter := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v) }
+		counter := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+		}
 		counter(c.requests, float64(t.Requests))
 		counter(c.prompt, float64(t.PromptTokens))
 		counter(c.matched, float64(t.MatchedTokens))

@@ -13,7 +13,7 @@ import (
 // by hand from what each node holds.
 func TestDecisionTotals(t *testing.T) {
 	d, idx := testDecider(t, DeciderConfig{})
-	toks := seqTokens(160, 1) // 10 blocks of 16
+	toks := seqTokens(160, 1)                                        // 10 blocks of 16
 	idx.ReplaceNode("b", 1, 2, local.BlockHashes(toks[:64], 16, 0))  // 4 blocks
 	idx.ReplaceNode("c", 1, 2, local.BlockHashes(toks[:128], 16, 0)) // 8 blocks
 	now := time.Unix(100, 0)
