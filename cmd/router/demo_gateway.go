@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	procv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -56,44 +54,18 @@ func replayGateway(ctx context.Context, cfg demoConfig, c *demoCluster, name str
 	// The picker ends a request once it has echoed the response's last chunk: wait for the
 	// count to reach what was replayed (bounded) before reading it.
 	want := float64(s.Requests - s.Errors)
-	var m map[string]float64
+	var fams map[string]*dto.MetricFamily
 	err = pollUntil(ctx, 10*time.Second, c, func() bool {
-		m, err = scrape(ctx, c.httpAddr)
-		return err == nil && m["prefixmesh_extproc_estimate_compared_total"] >= want
+		fams, err = scrapeMetrics(ctx, http.DefaultClient, "http://"+c.httpAddr+"/metrics")
+		return err == nil && single(fams, "prefixmesh_extproc_estimate_compared_total") >= want
 	})
 	if err != nil {
 		return s, fmt.Errorf("read the endpoint picker's metrics: %w", err)
 	}
-	if n := m["prefixmesh_extproc_estimate_compared_total"]; n > 0 {
-		s.EstimateExact = m["prefixmesh_extproc_estimate_exact_total"] / n
+	if n := single(fams, "prefixmesh_extproc_estimate_compared_total"); n > 0 {
+		s.EstimateExact = single(fams, "prefixmesh_extproc_estimate_exact_total") / n
 		s.EstimateCompared = int(n)
-		s.EstimateMAE = m["prefixmesh_extproc_estimate_abs_error_tokens_sum"] / n
+		s.EstimateMAE = firstHistogram(fams["prefixmesh_extproc_estimate_abs_error_tokens"]).GetSampleSum() / n
 	}
 	return s, nil
-}
-
-// scrape reads the router's unlabelled prefixmesh_extproc_* series.
-func scrape(ctx context.Context, httpAddr string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !strings.HasPrefix(name, "prefixmesh_extproc_") {
-			continue
-		}
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			out[name] = f
-		}
-	}
-	return out, sc.Err()
 }

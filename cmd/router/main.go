@@ -27,6 +27,8 @@ var subcommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"demo":  runDemo,
 	// tokenize prints the ids the router computes for prompts and chat requests (tokenize.go).
 	"tokenize": runTokenize,
+	// status prints what one router sees of the fleet, from its /metrics (status.go).
+	"status": runStatus,
 }
 
 // summaries are the one-line descriptions `prefixmesh-router help` prints beside each
@@ -37,6 +39,7 @@ var summaries = map[string]string{
 	"pins":     "administer adapter pins and show the Raft members (any router's Pins service)",
 	"demo":     "run a whole local cluster with simulated engines and send it traffic",
 	"tokenize": "print the token ids the router computes for prompts and chat requests (JSON lines in)",
+	"status":   "print what a router sees of the fleet: nodes, state, blocks, load, accuracy, TTFT",
 }
 
 func main() {
