@@ -67,7 +67,8 @@ for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persi
 	"router.replicas=2" "router.replicas=4" "node.engine=vllm" "router.tokenizer=hf:/etc/prefixmesh/tokenizer" \
 	"router.tokenizerFiles.image=models:1" "router.tokenizerFiles.persistentVolumeClaim=models" \
 	"node.engineContainer.args={--block-size=16}" \
-	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe" "gateway.extProcTLS=maybe"; do
+	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe" "gateway.extProcTLS=maybe" \
+	"dashboards.label=-bad" "dashboards.labelValue=not one" "alerts.enabled=yes"; do
 	if "$helm" template pm "$chart" "${vllm[@]}" --set router.tokenizer=engine --set "$bad" >/dev/null 2>&1 &&
 		"$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
 		echo "checkchart: the chart accepted $bad" >&2

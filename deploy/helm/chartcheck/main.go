@@ -12,6 +12,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -79,7 +80,10 @@ func run(path, flagsDir, root, domain string) error {
 		switch h.Kind {
 		case "ConfigMap":
 			var o corev1.ConfigMap
-			err = yaml.UnmarshalStrict(doc, &o)
+			if err = yaml.UnmarshalStrict(doc, &o); err == nil && isDashboards(o) {
+				err = checkDashboards(o)
+				break
+			}
 			configMaps = append(configMaps, o)
 		case "Secret":
 			err = yaml.UnmarshalStrict(doc, &corev1.Secret{})
@@ -109,6 +113,8 @@ func run(path, flagsDir, root, domain string) error {
 			err = yaml.UnmarshalStrict(doc, &policyv1.PodDisruptionBudget{})
 		case "ServiceMonitor", "PodMonitor":
 			err = checkMonitor(doc)
+		case "PrometheusRule":
+			err = checkPrometheusRule(doc)
 		default:
 			err = errors.New("unexpected kind (add it to chartcheck)")
 		}
@@ -247,6 +253,82 @@ func checkMonitor(doc []byte) error {
 	}
 	if m.APIVersion != "monitoring.coreos.com/v1" || len(m.Spec.Endpoints)+len(m.Spec.PodMetricsEndpoints) == 0 {
 		return errors.New("a monitor needs monitoring.coreos.com/v1 and an endpoint")
+	}
+	return nil
+}
+
+// checkPrometheusRule decodes a Prometheus operator PrometheusRule strictly against the fields
+// of a rules file (promtool checks the rules themselves: scripts/checkrules.sh).
+func checkPrometheusRule(doc []byte) error {
+	var r struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       struct {
+			Groups []struct {
+				Name     string `json:"name"`
+				Interval string `json:"interval"`
+				Rules    []struct {
+					Alert         string            `json:"alert"`
+					Record        string            `json:"record"`
+					Expr          string            `json:"expr"`
+					For           string            `json:"for"`
+					KeepFiringFor string            `json:"keep_firing_for"`
+					Labels        map[string]string `json:"labels"`
+					Annotations   map[string]string `json:"annotations"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(doc, &r); err != nil {
+		return err
+	}
+	if r.APIVersion != "monitoring.coreos.com/v1" || len(r.Spec.Groups) == 0 {
+		return errors.New("a PrometheusRule needs monitoring.coreos.com/v1 and a group")
+	}
+	for _, g := range r.Spec.Groups {
+		if g.Name == "" || len(g.Rules) == 0 {
+			return fmt.Errorf("group %q: needs a name and rules", g.Name)
+		}
+		for _, rule := range g.Rules {
+			if rule.Expr == "" || (rule.Alert == "") == (rule.Record == "") {
+				return fmt.Errorf("group %q: a rule needs an expr and one of alert or record", g.Name)
+			}
+			if rule.Alert != "" && (rule.Labels["severity"] == "" || rule.Annotations["runbook_url"] == "") {
+				return fmt.Errorf("alert %s: needs a severity label and a runbook_url annotation", rule.Alert)
+			}
+		}
+	}
+	return nil
+}
+
+// isDashboards reports whether a ConfigMap holds Grafana dashboards (every key a .json file)
+// rather than the daemons' flag files.
+func isDashboards(cm corev1.ConfigMap) bool {
+	if len(cm.Data) == 0 {
+		return false
+	}
+	for k := range cm.Data {
+		if !strings.HasSuffix(k, ".json") {
+			return false
+		}
+	}
+	return true
+}
+
+// checkDashboards checks that every dashboard in the ConfigMap is a JSON object with panels.
+func checkDashboards(cm corev1.ConfigMap) error {
+	for k, v := range cm.Data {
+		var d struct {
+			Title  string            `json:"title"`
+			Panels []json.RawMessage `json:"panels"`
+		}
+		if err := json.Unmarshal([]byte(v), &d); err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		if d.Title == "" || len(d.Panels) == 0 {
+			return fmt.Errorf("%s: a dashboard needs a title and panels", k)
+		}
 	}
 	return nil
 }
