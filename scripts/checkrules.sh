@@ -2,7 +2,8 @@
 # checkrules.sh checks what operators look at: the Prometheus alert rules the chart ships
 # (promtool check rules), their unit tests (promtool test rules: every alert fires from synthetic
 # series), and the Grafana dashboard (well-formed JSON; every panel has a datasource and at least
-# one query, and no query uses a template variable other than $__rate_interval and $__interval).
+# one query, and no query uses a template variable other than $__rate_interval and $__interval),
+# and that every alert's runbook_url names a section of docs/operations.md.
 # Without promtool it fails when CI is set (non-empty, not 0 or false) and skips otherwise.
 set -euo pipefail
 
@@ -66,5 +67,19 @@ print(panels, targets)
 EOF
 )"
 read -r npanels ntargets <<<"$panels"
+
+# Every runbook_url names a section of docs/operations.md that exists (GitHub's heading anchors).
+python3 - "$rules" docs/operations.md <<'EOF'
+import re, sys
+
+rules, doc = sys.argv[1], sys.argv[2]
+with open(doc) as f:
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", f.read(), re.M)}
+with open(rules) as f:
+    urls = re.findall(r"runbook_url: *(\S+)", f.read())
+bad = [u for u in urls if not u.startswith(doc + "#") or u.split("#", 1)[1] not in anchors]
+if not urls or bad:
+    sys.exit("runbook_url without a section in %s: %s" % (doc, " ".join(bad) or "none found"))
+EOF
 nrules="$(grep -c '^      - alert:' "$rules")"
 echo "checkrules: ok: $nrules alerts checked and unit-tested; dashboard: $npanels panels, $ntargets queries"
