@@ -82,6 +82,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.badPackets = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "prefixmesh_gossip_bad_packets_total", Help: "Gossip packets and streams memberlist refused, by kind (decrypt, label, checksum, decode, stream).",
 	}, []string{"kind"})
+	// The reasons known in advance exist at 0 from the start, so a rate over one reads 0, not
+	// "no data" (which a renamed series would also give).
+	for _, r := range []string{"inbox_full", "decode", "unknown_node", "other_epoch", "duplicate", "held_overflow", "malformed", "bad_meta", "share_unhandled"} {
+		m.drops.WithLabelValues(r)
+	}
+	for _, r := range []string{"join", "epoch", "gap", "behind", "checksum", "silence", "held_overflow", "malformed"} {
+		m.repairs.WithLabelValues(r)
+	}
 	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.packetsSent, m.drops, m.repairs, m.repairFailures, m.held, m.lag, m.nodes, m.coldNodes, m.sendErrors, m.members, m.joinFailures, m.isolated, m.logLines, m.badPackets} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -53,6 +53,10 @@ func newMetrics(s *Store) *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
+	// Every outcome exists from the start: a rate of failed writes reads 0, not "no data".
+	for _, o := range []string{"ok", "unavailable", "error"} {
+		m.writes.WithLabelValues(o)
+	}
 	for _, c := range []prometheus.Collector{m.writes, m.leaderChanges, m.forwardRetries, m.applied, m.staleness, voterCollector{s: m.store}} {
 		if err := r.Register(c); err != nil {
 			return err

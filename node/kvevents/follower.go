@@ -97,8 +97,7 @@ func NewFollower(cfg Config, mirror *Mirror, logger *slog.Logger, reg prometheus
 		}
 		f.ranks = append(f.ranks, &rankState{rank: r, endpoint: ep, replay: rp, dec: NewDecoder(), r: strconv.Itoa(r),
 			restarted: make(chan struct{}, 1)})
-		met.complete.WithLabelValues(strconv.Itoa(r)).Set(0)
-		met.cold.WithLabelValues(strconv.Itoa(r)).Set(0)
+		met.initRank(strconv.Itoa(r))
 		if cfg.Restore != nil && r < len(cfg.Restore.Ranks) && cfg.Restore.Ranks[r].Have {
 			rs, ck := f.ranks[r], cfg.Restore.Ranks[r]
 			rs.have, rs.last, rs.dupFloor, rs.sum, rs.restored = true, ck.Last, ck.Last, ck.Sum, true

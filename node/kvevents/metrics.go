@@ -68,6 +68,33 @@ func newMetrics(reg prometheus.Registerer, mir *Mirror) (*metrics, error) {
 	return m, nil
 }
 
+// Label values of the per-rank counters, listed so that each rank's series exist at 0 from the
+// start: a dashboard or alert over rate(...{reason="gap"}) then reads 0, not "no data", which a
+// renamed series would also give.
+var (
+	partialReasons = []string{"late_join", "gap", "decode", "checkpoint"}
+	replayResults  = []string{"ok", "short", "failed", "none", "restarted"}
+	resyncCauses   = []string{"restart", "gap", "decode", "start"}
+)
+
+// initRank creates rank r's counters at 0.
+func (m *metrics) initRank(r string) {
+	for _, c := range []*prometheus.CounterVec{m.batches, m.fields, m.decodeErrs, m.gaps, m.lossy} {
+		c.WithLabelValues(r)
+	}
+	for _, v := range partialReasons {
+		m.partial.WithLabelValues(r, v)
+	}
+	for _, v := range replayResults {
+		m.replays.WithLabelValues(r, v)
+	}
+	for _, v := range resyncCauses {
+		m.resyncs.WithLabelValues(r, v)
+	}
+	m.complete.WithLabelValues(r).Set(0)
+	m.cold.WithLabelValues(r).Set(0)
+}
+
 // mirrorCollector exports the mirror's levels at scrape time.
 type mirrorCollector struct{ m *Mirror }
 

@@ -40,6 +40,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		buffered: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "buffered_body_bytes",
 			Help: "Request body bytes held across streams now."}),
 	}
+	// Known label values exist at 0 from the start: a rate over them reads 0, not "no data".
+	for _, r := range []string{"prefix", "load", "no_nodes", "overloaded", "subset_empty"} {
+		m.decisions.WithLabelValues(r)
+	}
+	for _, c := range []string{"2xx", "4xx", "5xx", "none", "served_elsewhere"} {
+		m.outcomes.WithLabelValues(c)
+	}
 	if reg == nil {
 		return m, nil
 	}

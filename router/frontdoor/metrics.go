@@ -58,6 +58,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 			Help: "Requests being proxied now."}),
 	}
+	// The label values known in advance exist at 0 from the start, so a rate over them reads 0,
+	// not "no data" (which a renamed series would also give).
+	for _, r := range []string{"overloaded", "draining", "too_large", "body_timeout"} {
+		m.rejected.WithLabelValues(r)
+	}
+	for _, c := range []string{causeConnect, causeFirstByte, causeStatus429, causeStatus5xx} {
+		m.retries.WithLabelValues(c)
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -73,9 +81,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // ObserveEjection counts an ejection; pass it to Health.OnEject.
 func (s *Server) ObserveEjection(nodeID string) { s.met.ejections.WithLabelValues(nodeID).Inc() }
 
+// brokenCauses are the causes of broken_streams_total.
+var brokenCauses = []string{causeUpstream, causeIdle, causeDrain, causeUpstreamTime, causeClient}
+
 // ForgetDeparted deletes the per-node series of every node not in present, so the series stay
-// bounded by the fleet however many node ids churn through; pass it to Health.OnSweep.
+// bounded by the fleet however many node ids churn through, and creates at 0 the per-node
+// counters of the nodes present (a node with no ejection yet reads 0, not "no data"); pass it
+// to Health.OnSweep.
 func (s *Server) ForgetDeparted(present map[string]bool) {
+	for id := range present {
+		s.met.ejections.WithLabelValues(id)
+		s.met.firstByteTimeouts.WithLabelValues(id)
+		for _, c := range brokenCauses {
+			s.met.brokenStreams.WithLabelValues(id, c)
+		}
+	}
 	for _, vec := range []*prometheus.CounterVec{s.met.decisions, s.met.firstByteTimeouts, s.met.brokenStreams, s.met.ejections} {
 		for _, id := range nodeLabels(vec) {
 			if !present[id] {

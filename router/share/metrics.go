@@ -41,6 +41,10 @@ func newMetrics(reg prometheus.Registerer, dec *routing.Decider) (*metrics, erro
 			Name: "prefixmesh_share_ttft_skipped_total", Help: "First-token observations from other routers not learned from: their node is not a member, or the figures are implausible.",
 		}),
 	}
+	// Every drop reason exists at 0 from the start: a rate over one reads 0, not "no data".
+	for _, r := range []string{"send_queue_full", "receive_queue_full", "decode", "encode", "peer_table_full", "unknown_node"} {
+		m.drops.WithLabelValues(r)
+	}
 	peers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "prefixmesh_share_peers", Help: "Other routers whose in-flight load report counts.",
 	}, func() float64 { return float64(dec.Peers()) })
