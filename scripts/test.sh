@@ -21,6 +21,17 @@ fi
 
 /usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || missing+=("KV-event conformance tests (Debian python3-zmq, python3-msgpack)")
 
+# Prometheus (and its promtool) from Debian: the alert rules' unit tests (scripts/checkrules.sh)
+# and the test that evaluates every dashboard and alert query against a real Prometheus scraping
+# a real cluster (internal/drills/prometheus_test.go). Installed in CI when missing.
+if in_ci && ! command -v prometheus >/dev/null 2>&1; then
+  echo "== apt-get install prometheus"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+command -v prometheus >/dev/null 2>&1 || missing+=("dashboard and alert checks against Prometheus (Debian prometheus)")
+
 echo "== tracked files: none over 1 MiB outside data/"
 scripts/checksize.sh
 
@@ -35,6 +46,9 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+echo "== alert rules and dashboard (promtool check and test; the dashboard's queries)"
+scripts/checkrules.sh
 
 if [ -x scripts/checkproto.sh ]; then
   echo "== generated protobuf code is up to date"

@@ -6,7 +6,10 @@
 // SIGSTOP (when the router has a first-byte deadline), freezes the Raft leader with SIGSTOP and
 // then kills the (new) leader with SIGKILL, each time writing a pin through a follower, and starts
 // a node with the wrong gossip key. Each drill prints what it measured and asserts its
-// target with a generous margin (docs/operations.md lists the figures). The package has no
-// non-test code; `go test ./internal/drills/` runs the drills (under a minute once built, on a
+// target with a generous margin (docs/operations.md lists the figures). Beside the drills
+// (prometheus_test.go), a real Prometheus scrapes a cluster of the same processes (two routers,
+// engines publishing KV events with agents mirroring them, the endpoint picker) after traffic
+// through all three doors, and every query of the shipped dashboard and every alert's signals
+// must return data, so a renamed metric fails here. The package has no non-test code; `go test ./internal/drills/` runs the drills (under a minute once built, on a
 // loaded two-core machine), and -short skips them.
 package drills
