@@ -351,7 +351,11 @@ func (st *fleetStatus) print(w io.Writer) {
 		if n.ReportAgeSeconds != nil {
 			age = secs(*n.ReportAgeSeconds)
 		}
-		row = append(row, num(n.KVCapacity), num(n.FreeBlocks), num(n.Running), num(n.Waiting), num(n.QueuedPrefillTokens),
+		capacity := "-" // a mirrored engine's agent does not know its engine's pool size
+		if n.KVCapacity > 0 {
+			capacity = num(n.KVCapacity)
+		}
+		row = append(row, capacity, num(n.FreeBlocks), num(n.Running), num(n.Waiting), num(n.QueuedPrefillTokens),
 			num(n.InFlight), scale, age)
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,8 @@ func TestDashboardAndAlertsOnPrometheus(t *testing.T) {
 	eventually(t, promWait, "two scrapes of every target after the traffic", func() error {
 		return prom.expect(fmt.Sprintf(`count(timestamp(up) > %.3f)`, after), 7)
 	})
+
+	checkStatus(t, c)
 
 	var missing []string
 	for _, p := range panels {
@@ -401,4 +404,37 @@ func (p *promServer) rules(t *testing.T) []promRule {
 		out = append(out, g.Rules...)
 	}
 	return out
+}
+
+// checkStatus runs `prefixmesh-router status` against router-0, which routed every front-door
+// request: it lists the three nodes, synced and routable, and the front door's closed loop.
+func checkStatus(t *testing.T, c *cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startWait)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.rtrBin, "status", "--addr", c.routers[0].addrs["http"]).CombinedOutput()
+	if err != nil {
+		t.Fatalf("prefixmesh-router status: %v\n%s", err, out)
+	}
+	text := string(out)
+	// 22 requests were routed here; the Route calls that waited for the nodes count too.
+	m := regexp.MustCompile(`decisions since start: (\d+)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("status prints no decision count:\n%s", text)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 22 {
+		t.Fatalf("status counts fewer decisions than the 22 routed:\n%s", text)
+	}
+	for _, want := range []string{"3 nodes mirrored, 3 synced", "Raft leader: this router",
+		"front door: estimate == cached_tokens", "endpoint picker: estimate == cached_tokens", "GPU BLOCKS"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("status lacks %q:\n%s", want, text)
+		}
+	}
+	for _, id := range []string{"node-0", "node-1", "node-2"} {
+		if !regexp.MustCompile(`(?m)^` + id + ` +prefixmesh-sim +ok `).MatchString(text) {
+			t.Fatalf("status shows %s not ok:\n%s", id, text)
+		}
+	}
+	t.Logf("prefixmesh-router status:\n%s", text)
 }
