@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/internal/tracing"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
@@ -46,6 +48,10 @@ type Config struct {
 	// decide with the same code and state (Policy and PolicyConfig are then the decider's); nil
 	// builds one over the view's index with an overlay of its own.
 	Decider *routing.Decider
+	// TracerProvider, when set and not the no-op provider (internal/tracing), traces each Route
+	// call: a server span whose parent is the caller's traceparent (gRPC metadata), with tokenize
+	// (text prompts) and decide under it. nil (default): no span work at all.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the first version's policy: longest-prefix with routing's defaults.
@@ -64,6 +70,8 @@ type Server struct {
 	ejected func(string) bool
 	metrics *metrics
 	pool    sync.Pool // *scratch
+	tracer  trace.Tracer
+	tracing bool // cfg.TracerProvider records (trace.go)
 }
 
 type scratch struct {
@@ -95,7 +103,8 @@ func NewServer(view *View, cfg Config, reg prometheus.Registerer) (*Server, erro
 	if err != nil {
 		return nil, fmt.Errorf("router: register metrics: %w", err)
 	}
-	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m}
+	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m,
+		tracer: tracing.Tracer(cfg.TracerProvider, tracerName), tracing: tracing.Enabled(cfg.TracerProvider)}
 	if cfg.Ejector != nil {
 		s.ejected = cfg.Ejector.Ejected
 	}
@@ -111,8 +120,15 @@ func (s *Server) Register(g *grpc.Server) { pb.RegisterRouterServer(g, s) }
 // Route implements Router.Route.
 func (s *Server) Route(ctx context.Context, req *pb.RouteRequest) (*pb.RouteResponse, error) {
 	start := time.Now()
+	var span trace.Span
+	if s.tracing {
+		ctx, span = s.routeSpan(ctx)
+	}
 	resp, err := s.route(ctx, req, start)
 	s.metrics.observe(resp, err, time.Since(start))
+	if span != nil {
+		endRouteSpan(span, req, err)
+	}
 	return resp, err
 }
 
@@ -133,7 +149,10 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 			return nil, status.Errorf(codes.InvalidArgument, "route: text: %d bytes (max %d)", len(req.GetText()), MaxTextBytes)
 		}
 		var err error
-		if tokens, err = tokenizer.EncodePrompt(context.Background(), s.tok, req.GetText()); err != nil {
+		tspan := s.tokenizeSpan(ctx)
+		tokens, err = tokenizer.EncodePrompt(context.Background(), s.tok, req.GetText())
+		tokenized(tspan, len(tokens), err)
+		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "route: tokenize the text: %v", err)
 		}
 	}
@@ -142,6 +161,12 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		sc = new(scratch)
 	}
 	defer s.pool.Put(sc)
+	// decide spans listing the candidates, the admission wait and the decision.
+	var decide trace.Span
+	if s.tracing {
+		_, decide = s.tracer.Start(ctx, tracing.SpanDecide)
+		defer decide.End()
+	}
 	if err := s.candidates(sc, req); err != nil {
 		return nil, err
 	}
@@ -184,6 +209,11 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		EstimatedMatchedTokens: int64(c.MatchedTokens),
 		Reason:                 c.Reason,
 		PromptTokens:           int64(len(tokens)),
+	}
+	if decide != nil && decide.IsRecording() {
+		tracing.Decision(decide, chosen.NodeID, s.dec.Policy().Name(), c.Reason, c.MatchedTokens,
+			frontdoor.ExpectedTTFT(&sc.nodes[c.Node], len(tokens)-c.MatchedTokens), len(tokens))
+		decide.SetAttributes(tracing.AttrDryRun.Bool(req.GetDryRun()))
 	}
 	for _, cd := range c.Candidates {
 		score := cd.Score

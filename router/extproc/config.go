@@ -6,6 +6,7 @@ import (
 	"time"
 
 	procv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrConfig is wrapped by every Validate error.
@@ -59,6 +60,11 @@ type Config struct {
 	// send protocol_config (Envoy before 1.34): FULL_DUPLEX_STREAMED, GIE's reference config.
 	DefaultRequestBodyMode  procv3.ProcessingMode_BodySendMode
 	DefaultResponseBodyMode procv3.ProcessingMode_BodySendMode
+	// TracerProvider, when set and not the no-op provider (internal/tracing), traces each
+	// request the gateway streams: a span (parent from the request's traceparent) with the front
+	// door's tokenize and decide under it, ended with the response, and a traceparent header
+	// mutation carrying it, so the engine's spans join the trace. nil (default): no span work.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults documented on Config.

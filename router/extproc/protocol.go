@@ -100,9 +100,9 @@ func endpointOf(engineURL string) string {
 }
 
 // headersResponse answers request or response headers; dest != "" sets the destination header,
-// the dynamic metadata and, when bodyLen >= 0, Content-Length (a body returned through the
-// stream must keep its length true, as GIE's EPP does).
-func headersResponse(request bool, dest string, bodyLen int) *extprocv3.ProcessingResponse {
+// the dynamic metadata, extra (the trace context) and, when bodyLen >= 0, Content-Length (a body
+// returned through the stream must keep its length true, as GIE's EPP does).
+func headersResponse(request bool, dest string, bodyLen int, extra ...*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
 	hr := &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}
 	out := &extprocv3.ProcessingResponse{}
 	if dest != "" {
@@ -110,6 +110,7 @@ func headersResponse(request bool, dest string, bodyLen int) *extprocv3.Processi
 		if bodyLen >= 0 {
 			hm.SetHeaders = append(hm.SetHeaders, setHeader("content-length", strconv.Itoa(bodyLen)))
 		}
+		hm.SetHeaders = append(hm.SetHeaders, extra...)
 		hr.Response.HeaderMutation = hm
 		// The route was chosen on the request's headers before the destination existed.
 		hr.Response.ClearRouteCache = true
@@ -123,13 +124,14 @@ func headersResponse(request bool, dest string, bodyLen int) *extprocv3.Processi
 	return out
 }
 
-// bufferedBodyResponse answers a BUFFERED request body: the destination as a header mutation
-// (Envoy applies header mutations from a buffered body's response: the headers have not gone
-// upstream yet) and no body mutation, so the body and its Content-Length stay as they are.
-func bufferedBodyResponse(dest string) *extprocv3.ProcessingResponse {
+// bufferedBodyResponse answers a BUFFERED request body: the destination (and extra, the trace
+// context) as a header mutation (Envoy applies header mutations from a buffered body's response:
+// the headers have not gone upstream yet) and no body mutation, so the body and its
+// Content-Length stay as they are.
+func bufferedBodyResponse(dest string, extra ...*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(HeaderDestination, dest)}},
+			HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: append([]*corev3.HeaderValueOption{setHeader(HeaderDestination, dest)}, extra...)},
 			ClearRouteCache: true,
 		}}},
 		DynamicMetadata: destinationMetadata(dest),

@@ -11,6 +11,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/experimental"
@@ -18,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/prefixmesh/prefixmesh/internal/tracing"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
 
@@ -58,12 +60,14 @@ type Deps struct {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	cfg    Config
-	picker Picker
-	nodes  frontdoor.NodeSource
-	met    *metrics
-	log    *slog.Logger
-	health *health.Server
+	cfg     Config
+	picker  Picker
+	nodes   frontdoor.NodeSource
+	met     *metrics
+	log     *slog.Logger
+	health  *health.Server
+	tracer  trace.Tracer
+	tracing bool // cfg.TracerProvider records (trace.go)
 
 	streams  atomic.Int64 // streams open now
 	buffered atomic.Int64 // request body bytes held across streams
@@ -94,7 +98,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, picker: deps.Picker, nodes: deps.Nodes, met: met, log: log, health: health.NewServer(),
-		readers: newReaders()}
+		readers: newReaders(), tracer: tracing.Tracer(cfg.TracerProvider, tracerName), tracing: tracing.Enabled(cfg.TracerProvider)}
 	s.health.SetServingStatus(ServiceLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.SetReady(false)
 	return s, nil

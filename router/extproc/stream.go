@@ -13,6 +13,7 @@ import (
 	procv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
@@ -42,6 +43,11 @@ type stream struct {
 	chunkArr [4][]byte
 	held     int64
 	joined   []byte // the chunks joined for the pick, pooled (body.go); nil for a body of one chunk
+
+	// span is the request's span (nil when tracing is off or not yet started) and spanCtx the
+	// context carrying it, which the decision runs under (trace.go).
+	span    trace.Span
+	spanCtx context.Context
 
 	pick        *frontdoor.GatewayPick
 	dest        string // the destination list answered
@@ -110,6 +116,9 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		st.header.Set(frontdoor.HeaderSessionID, v)
 	}
 	st.subset, st.haveSubset = subsetHint(req.GetMetadataContext())
+	if st.s.tracing {
+		st.startSpan(hm)
+	}
 	switch {
 	case h.GetEndOfStream():
 		// No body: routed by load (GIE routes these to any ready endpoint).
@@ -133,6 +142,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	chunk := b.GetBody()
 	if st.held+int64(len(chunk)) > int64(st.s.cfg.MaxBodyBytes) {
 		st.s.met.streamErrors.WithLabelValues("too_large").Inc()
+		st.spanError("request_too_large")
 		st.requestDone = true
 		return true, st.send(immediate(typev3.StatusCode_PayloadTooLarge, "request_too_large",
 			fmt.Sprintf("request body exceeds %d bytes", st.s.cfg.MaxBodyBytes)))
@@ -141,6 +151,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		if st.s.buffered.Add(n) > st.s.cfg.MaxBufferedBytes {
 			st.s.buffered.Add(-n)
 			st.s.met.streamErrors.WithLabelValues("busy").Inc()
+			st.spanError("router_overloaded")
 			st.requestDone = true
 			return true, st.send(immediate(typev3.StatusCode_TooManyRequests, "router_overloaded",
 				"the endpoint picker holds as many request bodies as it may; retry later"))
@@ -176,13 +187,19 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	start := time.Now()
 	exclude, ok := st.exclusions()
 	if !ok {
+		st.spanError("subset_empty")
 		st.s.met.decisions.WithLabelValues("subset_empty").Inc()
 		return true, st.send(immediate(typev3.StatusCode_ServiceUnavailable, "no_nodes_available",
 			"no endpoint of the gateway's subset hint can serve this request"))
 	}
-	pk, err := st.s.picker.PickForGateway(st.ctx, &frontdoor.GatewayRequest{Path: st.path, Header: st.header, Body: body,
+	ctx := st.ctx
+	if st.span != nil {
+		ctx = st.spanCtx
+	}
+	pk, err := st.s.picker.PickForGateway(ctx, &frontdoor.GatewayRequest{Path: st.path, Header: st.header, Body: body,
 		Exclude: exclude, Alternates: st.s.cfg.Fallbacks})
 	if err != nil {
+		st.spanError(err.Error())
 		if errors.Is(err, frontdoor.ErrOverloaded) {
 			st.s.met.decisions.WithLabelValues("overloaded").Inc()
 			return true, st.send(immediate(typev3.StatusCode_TooManyRequests, "router_overloaded",
@@ -193,6 +210,7 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	}
 	st.primary = endpointOf(pk.EngineURL)
 	if st.primary == "" {
+		st.spanError("no engine address")
 		pk.Done(frontdoor.Outcome{CachedTokens: -1})
 		st.s.met.decisions.WithLabelValues("no_nodes").Inc()
 		return true, st.send(immediate(typev3.StatusCode_ServiceUnavailable, "no_nodes_available",
@@ -211,15 +229,17 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	}
 	st.s.met.decisions.WithLabelValues(result).Inc()
 	st.s.met.decideSecs.Observe(time.Since(start).Seconds())
+	// The engine's request carries the picker's span as its parent (nil when not tracing).
+	tp := st.traceHeaders()
 	switch {
 	case !withBody:
-		err = st.send(headersResponse(true, st.dest, -1))
+		err = st.send(headersResponse(true, st.dest, -1, tp...))
 	case st.reqMode == procv3.ProcessingMode_FULL_DUPLEX_STREAMED:
-		if err = st.send(headersResponse(true, st.dest, len(body))); err == nil {
+		if err = st.send(headersResponse(true, st.dest, len(body), tp...)); err == nil {
 			err = streamedBodyResponses(true, body, eos, st.send)
 		}
 	default:
-		err = st.send(bufferedBodyResponse(st.dest))
+		err = st.send(bufferedBodyResponse(st.dest, tp...))
 	}
 	answered := time.Since(start)
 	st.s.met.answerSecs.Observe(answered.Seconds())
@@ -294,7 +314,9 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		if v := headerValue(hm, frontdoor.HeaderCachedTokens); v != "" {
 			rh.Set(frontdoor.HeaderCachedTokens, v)
 		}
-		st.pick.ResponseHeaders(code, rh, st.servedNode(metadataString(req.GetMetadataContext(), MetadataNamespace, KeyServed)))
+		served := st.servedNode(metadataString(req.GetMetadataContext(), MetadataNamespace, KeyServed))
+		st.served(served)
+		st.pick.ResponseHeaders(code, rh, served)
 	}
 	if err := st.send(headersResponse(false, "", -1)); err != nil {
 		return err
@@ -378,6 +400,7 @@ func (st *stream) end(err error) {
 	if !known {
 		estimate = -1
 	}
+	st.endSpan(o, pk)
 	st.s.log.Debug("request", "path", st.path, "node", pk.NodeID, "dest", st.dest, "policy", pk.Policy, "reason", pk.Reason,
 		"prompt_tokens", pk.PromptTokens, "estimate", estimate, "cached_tokens", o.CachedTokens,
 		"status", o.Status, "outcome", class, "ttft", o.TTFT, "latency", time.Since(st.pickedAt), "err", o.Err)
@@ -401,4 +424,5 @@ func (st *stream) abort(err error) { st.end(err) }
 func (st *stream) close() {
 	st.end(errStreamClosed)
 	st.release()
+	st.endSpan(frontdoor.Outcome{}, nil)
 }

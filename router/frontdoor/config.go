@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
@@ -81,6 +83,11 @@ type Config struct {
 	// concurrent requests to one node reuses connections instead of dialling (Go's default of
 	// 2 would reopen connections under any concurrency).
 	MaxIdleConnsPerHost int
+	// TracerProvider, when set and not the no-op provider (internal/tracing), traces each
+	// generation request: a server span (parent from the client's traceparent), admission,
+	// tokenize, decide, one upstream span per attempt with first_byte under it, and the
+	// attempt's traceparent sent to the engine. nil (default): no span work at all.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults documented on Config.

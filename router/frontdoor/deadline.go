@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -47,6 +49,9 @@ type attempt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stops  []func() bool
+	// span is the attempt's upstream span and firstByte the span under it that ends at the
+	// first byte or token (trace.go); nopSpan when tracing is off.
+	span, firstByte trace.Span
 }
 
 func (s *Server) newAttempt(parent context.Context) *attempt {
@@ -74,10 +79,12 @@ func (a *attempt) cause() error {
 	return context.Cause(a.ctx)
 }
 
-// end releases the attempt's timers and context.
+// end releases the attempt's timers and context, and ends its spans (if not ended already).
 func (a *attempt) end() {
 	for _, stop := range a.stops {
 		stop()
 	}
 	a.cancel(context.Canceled)
+	a.firstByte.End()
+	a.span.End()
 }

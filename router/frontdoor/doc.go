@@ -18,5 +18,7 @@
 // Picker over the pure routing pieces (routing.Index, routing.Overlay, routing.Policy) and any
 // node list (MirrorNodes reads the gossip mirror's), so the whole path runs end to end without the
 // cluster; Stack wires the three for cmd/router. Every request is one slog line and feeds the
-// metrics, including how often the estimate equalled the engine's cached_tokens.
+// metrics, including how often the estimate equalled the engine's cached_tokens; with
+// Config.TracerProvider it is also a trace (trace.go), whose upstream attempt's traceparent the
+// engine receives.
 package frontdoor

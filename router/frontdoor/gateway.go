@@ -9,7 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/prefixmesh/prefixmesh/internal/openai"
+	"github.com/prefixmesh/prefixmesh/internal/tracing"
 )
 
 // GatewayRequest is a request that a gateway proxies itself and only asks the router where to
@@ -87,17 +90,24 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 				if g.batch == nil {
 					// A batch goes to one node as it is (the gateway cannot split it):
 					// by load, within its model.
-					if toks, terr := s.tok.tokens(ctx, g, base); terr == nil && toks != nil {
+					tctx, tspan := s.tokenizeSpan(ctx, g)
+					toks, terr := s.tok.tokens(tctx, g, base)
+					tokenized(tspan, len(toks), terr)
+					if terr == nil && toks != nil {
 						preq.Tokens, prompt = toks, len(toks)
 					}
 				}
 			}
 		}
 	}
-	pk, err := s.picker.Pick(ctx, &preq, r.Exclude)
+	dctx, decide := s.startSpan(ctx, tracing.SpanDecide, trace.SpanKindInternal)
+	pk, err := s.picker.Pick(dctx, &preq, r.Exclude)
 	if err != nil {
+		spanError(decide, err.Error())
+		decide.End()
 		return nil, err
 	}
+	decided(decide, &pk, prompt, 0)
 	return &GatewayPick{Pick: pk, PromptTokens: prompt, Stream: stream, s: s, start: start}, nil
 }
 

@@ -13,8 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/openai"
+	"github.com/prefixmesh/prefixmesh/internal/tracing"
 )
 
 // maxAttempts is one try plus one retry on the next-best node: enough to ride over a node that
@@ -48,21 +51,30 @@ type reqLog struct {
 
 func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 	endpoint := strings.TrimPrefix(path, "/v1/")
+	spanName := http.MethodPost + " " + path
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		lg := reqLog{endpoint: endpoint, estimate: -1, cached: -1}
+		r, span := s.serverSpan(r, spanName, path)
 		defer func() {
 			status := httpstatus.ClientClosed
 			if sw, ok := w.(*httpstatus.Writer); ok {
 				status = sw.Status()
 			}
 			s.logRequest(r.Context(), &lg, status, time.Since(start))
+			endServerSpan(span, status)
 		}()
+		// Admission: the in-flight bound, the body read under its size and time bounds, the
+		// parse; the span ends before tokenising and deciding.
+		_, adm := s.startSpan(r.Context(), tracing.SpanAdmission, trace.SpanKindInternal)
+		defer adm.End()
 		if err := openai.CheckJSON(r.Header); err != nil {
+			spanError(adm, "not a JSON request")
 			s.writeErr(w, err, &lg)
 			return
 		}
 		if err := s.adm.enter(); err != nil {
+			spanError(adm, err.Error())
 			if errors.Is(err, ErrDraining) {
 				s.met.rejected.WithLabelValues("draining").Inc()
 				w.Header().Set("Connection", "close")
@@ -81,6 +93,7 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 
 		rb, err := s.readGenBody(w, r)
 		if err != nil {
+			spanError(adm, "read request body")
 			lg.err = err.Error()
 			var mb *http.MaxBytesError
 			var ne net.Error
@@ -102,9 +115,11 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		body := rb.b
 		g, err := parseGen(body, chat, r.Header)
 		if err != nil {
+			spanError(adm, "invalid request")
 			s.writeErr(w, err, &lg)
 			return
 		}
+		admitted(adm, rb.size())
 		g.rawBody = rb
 		if g.tokens != nil {
 			// The prompt's ids are read only while the handler runs (parsing, routing:
@@ -128,7 +143,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 		s.writeErr(w, err, lg)
 		return
 	}
-	toks, err := s.tok.tokens(r.Context(), g, base)
+	tctx, tspan := s.tokenizeSpan(r.Context(), g)
+	toks, err := s.tok.tokens(tctx, g, base)
+	tokenized(tspan, len(toks), err)
 	if err != nil {
 		lg.err = err.Error()
 		var he *httpError
@@ -244,9 +261,16 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 	var exclude []string
 	var last *failure
 	cause := ""
+	promptTokens := -1
+	if preq.Tokens != nil {
+		promptTokens = len(preq.Tokens)
+	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		pk, err := s.picker.Pick(ctx, preq, exclude)
+		dctx, decide := s.startSpan(ctx, tracing.SpanDecide, trace.SpanKindInternal)
+		pk, err := s.picker.Pick(dctx, preq, exclude)
 		if err != nil {
+			spanError(decide, err.Error())
+			decide.End()
 			if last != nil {
 				break // no other node: relay the failure we have
 			}
@@ -264,15 +288,19 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			s.met.retries.WithLabelValues(cause).Inc()
 			lg.retries++
 		}
+		decided(decide, &pk, promptTokens, attempt+1)
 		s.met.decisions.WithLabelValues(pk.NodeID, pk.Policy, pk.Reason).Inc()
 		lg.node, lg.policy, lg.reason, lg.estimate = pk.NodeID, pk.Policy, pk.Reason, pk.EstimatedMatchedTokens
 
-		at := s.newAttempt(ctx)
+		at := s.startUpstream(ctx, &pk, attempt+1)
 		var fb *time.Timer
 		if stream {
 			fb = at.watchdog(s.firstByteTimeout(pk), errFirstByteTimeout)
 		}
 		resp, err := s.send(at.ctx, pk, path, body, r.Header)
+		if err == nil {
+			at.upstreamStatus(resp.StatusCode)
+		}
 		var first []byte
 		if fb != nil && err == nil && resp.StatusCode < 300 {
 			// The first byte of the body, under the same deadline: an engine may send its
@@ -307,6 +335,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 		}
 		if err != nil {
 			drained := errors.Is(at.cause(), errDrainCut)
+			at.failed(err)
 			at.end()
 			pk.Done(Outcome{Status: last.status, Err: last.err, CachedTokens: -1, Latency: time.Since(start)})
 			if ctx.Err() != nil {
@@ -370,6 +399,7 @@ func (s *Server) send(ctx context.Context, pk Pick, path string, body *reqBody, 
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	s.injectTrace(ctx, req.Header)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", pk.NodeID, err)
@@ -404,7 +434,10 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	if isSSE {
 		_ = http.NewResponseController(w).Flush()
 	}
-	obs := newObserver(isSSE, start, cached, pk.FirstToken)
+	if !isSSE {
+		at.firstByte.End() // the answer's first byte came with its headers
+	}
+	obs := newObserver(isSSE, start, cached, at.onFirstToken(pk.FirstToken))
 	idle := at.watchdog(s.cfg.StreamIdleTimeout, errIdleTimeout)
 	rerr := relay(w, resp.Body, first, buf, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
 	ttft := obs.ttft
@@ -441,6 +474,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	default:
 		s.health.ReportFailure(pk.NodeID)
 	}
+	spanError(at.span, msg)
 	// Too late to retry: bytes reached the client. End a stream with an error event; abort a
 	// plain body's connection so the client sees a failure, not a short body.
 	s.met.brokenStreams.WithLabelValues(pk.NodeID, cause).Inc()
@@ -520,6 +554,9 @@ func (s *Server) logRequest(ctx context.Context, lg *reqLog, status int, latency
 	}
 	if lg.broken != "" {
 		attrs = append(attrs, slog.String("broken", lg.broken))
+	}
+	if id := s.traceID(ctx); id != "" {
+		attrs = append(attrs, slog.String("trace_id", id))
 	}
 	s.log.LogAttrs(ctx, level, "request", attrs...)
 }

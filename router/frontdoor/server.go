@@ -16,10 +16,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/internal/tracing"
 )
 
 // Deps are the front door's collaborators.
@@ -51,6 +53,8 @@ type Server struct {
 	met     *metrics
 	reg     *prometheus.Registry
 	log     *slog.Logger
+	tracer  trace.Tracer
+	tracing bool // cfg.TracerProvider records: spans are made (trace.go)
 	created int64
 	adm     admission
 	handler http.Handler
@@ -75,6 +79,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, nodes: deps.Nodes, ejector: deps.Ejector, reg: deps.Registry, log: deps.Logger,
 		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}}
 	s.stop, s.stopCancel = context.WithCancel(context.Background())
+	s.tracer, s.tracing = tracing.Tracer(cfg.TracerProvider, tracerName), tracing.Enabled(cfg.TracerProvider)
 	if s.health == nil {
 		s.health = nopHealth{}
 	}
