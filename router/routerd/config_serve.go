@@ -16,6 +16,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/internal/tracing"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -410,6 +411,11 @@ func parseServeConfig(args []string, output io.Writer) (ServeConfig, error) {
 		return ServeConfig{}, fmt.Errorf("%w: unexpected arguments %q", errServeConfig, fs.Args())
 	}
 	if err := cfg.Validate(); err != nil {
+		return ServeConfig{}, err
+	}
+	// The OpenTelemetry environment too (serve_tracing.go): a typo there fails the start, and
+	// --validate-only, instead of turning tracing silently off.
+	if _, err := tracing.FromEnv(); err != nil {
 		return ServeConfig{}, err
 	}
 	return cfg, nil

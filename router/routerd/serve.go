@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -79,6 +80,9 @@ func Run(ctx context.Context, cfg ServeConfig, stderr io.Writer) error {
 	}
 	defer d.undoStart()
 	defer d.fetcher.Close()
+	if err := d.startTracing(ctx); err != nil {
+		return err
+	}
 	if err := d.listen(); err != nil {
 		return err
 	}
@@ -119,6 +123,10 @@ type routerd struct {
 	reg    *prometheus.Registry
 	tls    tlsSetup
 	undo   []func() // until the router serves: on a failed or cancelled start, in reverse
+
+	// tracing (serve_tracing.go): the doors' provider, no-op unless the environment turns it on
+	tracer      trace.TracerProvider
+	stopTracing func(context.Context) error
 
 	// listen
 	grpcLis, httpLis, metricsLis net.Listener
@@ -260,7 +268,7 @@ func (d *routerd) buildDecisionPath() error {
 	}
 	// The OpenAI-compatible front door first, so that Route leaves out the nodes its passive
 	// health ejects, as the front door does.
-	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, d.reg, d.logger.With("component", "frontdoor")); err != nil {
+	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, d.tracer, d.reg, d.logger.With("component", "frontdoor")); err != nil {
 		return err
 	}
 	// What the router sees of each node and what its decisions expect to reuse, at every scrape
@@ -275,6 +283,7 @@ func (d *routerd) buildDecisionPath() error {
 	rcfg.PolicyConfig = d.cfg.policyConfig()
 	rcfg.Pins = d.plane.table
 	rcfg.Decider = d.decider
+	rcfg.TracerProvider = d.tracer
 	if tok, err := tokenizer.New(d.cfg.Tokenizer); err == nil { // engine and none: token ids only
 		rcfg.Tokenizer = tok
 		d.tokenize = func(text string) ([]uint32, error) { return tokenizer.EncodePrompt(context.Background(), tok, text) }
@@ -301,7 +310,7 @@ func (d *routerd) buildDecisionPath() error {
 // --ext-proc-listen, the inference gateway's endpoint picker on the front door's decision path.
 func (d *routerd) buildDoors(ctx context.Context) error {
 	var err error
-	if d.epp, err = newEndpointPicker(d.cfg, d.fd, d.agent.Mirror(), d.conns, d.reg, d.logger.With("component", "extproc")); err != nil {
+	if d.epp, err = newEndpointPicker(d.cfg, d.fd, d.agent.Mirror(), d.conns, d.tracer, d.reg, d.logger.With("component", "extproc")); err != nil {
 		return err
 	}
 	d.state = &servingState{h: d.health, ready: &d.ready, agent: d.agent, logger: d.logger}
@@ -433,6 +442,7 @@ func (d *routerd) drain(runErr error) error {
 			runErr = err
 		}
 	}
+	d.flushTracing() // every door has stopped: no span is left to end
 	d.logger.Info("stopped")
 	return runErr
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -147,7 +148,7 @@ func selfSigned(now time.Time) (tls.Certificate, error) {
 
 // newEndpointPicker listens on cfg.ExtProc.Listen; nil when the flag is off.
 func newEndpointPicker(cfg ServeConfig, fd *frontDoor, mirror frontdoor.Mirror, conns *connstats.Counter,
-	reg *prometheus.Registry, logger *slog.Logger) (*endpointPicker, error) {
+	tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*endpointPicker, error) {
 	if cfg.ExtProc.Listen == "" {
 		return nil, nil
 	}
@@ -157,6 +158,7 @@ func newEndpointPicker(cfg ServeConfig, fd *frontDoor, mirror frontdoor.Mirror, 
 	}
 	ecfg := extproc.DefaultConfig()
 	ecfg.Fallbacks = cfg.ExtProc.Fallbacks
+	ecfg.TracerProvider = tp
 	epp, err := extproc.New(ecfg, extproc.Deps{Picker: fd.Server, Nodes: frontdoor.MirrorNodes{M: mirror},
 		Registry: reg, Logger: logger})
 	if err != nil {

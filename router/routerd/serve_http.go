@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/router"
@@ -30,7 +31,7 @@ const (
 type frontDoor struct{ *frontdoor.Stack }
 
 func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *routing.Index, dec *routing.Decider, table router.PinTable,
-	reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
+	tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
 	nodes := frontdoor.MirrorNodes{M: mirror}
 	sc := frontdoor.DefaultStackConfig()
 	sc.Server.Tokenizer = cfg.Tokenizer
@@ -47,6 +48,7 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *rou
 	}
 	sc.Server.TLS = t.http
 	sc.Server.UpstreamTLS = t.upstream
+	sc.Server.TracerProvider = tp
 	sc.Policy = cfg.Policy
 	sc.PolicyConfig = cfg.policyConfig()
 	sc.Decider = dec
