@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
@@ -104,7 +104,7 @@ func NewServer(view *View, cfg Config, reg prometheus.Registerer) (*Server, erro
 		return nil, fmt.Errorf("router: register metrics: %w", err)
 	}
 	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m,
-		tracer: tracing.Tracer(cfg.TracerProvider, tracerName), tracing: tracing.Enabled(cfg.TracerProvider)}
+		tracer: spans.Tracer(cfg.TracerProvider, tracerName), tracing: spans.Enabled(cfg.TracerProvider)}
 	if cfg.Ejector != nil {
 		s.ejected = cfg.Ejector.Ejected
 	}
@@ -164,7 +164,7 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 	// decide spans listing the candidates, the admission wait and the decision.
 	var decide trace.Span
 	if s.tracing {
-		_, decide = s.tracer.Start(ctx, tracing.SpanDecide)
+		_, decide = s.tracer.Start(ctx, spans.SpanDecide)
 		defer decide.End()
 	}
 	if err := s.candidates(sc, req); err != nil {
@@ -211,9 +211,9 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		PromptTokens:           int64(len(tokens)),
 	}
 	if decide != nil && decide.IsRecording() {
-		tracing.Decision(decide, chosen.NodeID, s.dec.Policy().Name(), c.Reason, c.MatchedTokens,
+		spans.Decision(decide, chosen.NodeID, s.dec.Policy().Name(), c.Reason, c.MatchedTokens,
 			frontdoor.ExpectedTTFT(&sc.nodes[c.Node], len(tokens)-c.MatchedTokens), len(tokens))
-		decide.SetAttributes(tracing.AttrDryRun.Bool(req.GetDryRun()))
+		decide.SetAttributes(spans.AttrDryRun.Bool(req.GetDryRun()))
 	}
 	for _, cd := range c.Candidates {
 		score := cd.Score

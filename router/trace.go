@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
 
@@ -44,7 +44,7 @@ func (c metadataCarrier) Keys() []string {
 // incoming metadata (done here rather than by a stats handler: one method, no dependency).
 func (s *Server) routeSpan(ctx context.Context) (context.Context, trace.Span) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		ctx = tracing.Propagator.Extract(ctx, metadataCarrier(md))
+		ctx = spans.Propagator.Extract(ctx, metadataCarrier(md))
 	}
 	return s.tracer.Start(ctx, routeSpanName, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 		attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", pb.Router_ServiceDesc.ServiceName),
@@ -55,7 +55,7 @@ func (s *Server) routeSpan(ctx context.Context) (context.Context, trace.Span) {
 func endRouteSpan(span trace.Span, req *pb.RouteRequest, err error) {
 	if span.IsRecording() {
 		st, _ := status.FromError(err)
-		span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(st.Code())), tracing.AttrDryRun.Bool(req.GetDryRun()))
+		span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(st.Code())), spans.AttrDryRun.Bool(req.GetDryRun()))
 		if err != nil {
 			// The code alone: a tokenizer's message within the status may quote the prompt.
 			span.SetStatus(otelcodes.Error, st.Code().String())
@@ -69,7 +69,7 @@ func (s *Server) tokenizeSpan(ctx context.Context) trace.Span {
 	if !s.tracing {
 		return nil
 	}
-	_, span := s.tracer.Start(ctx, tracing.SpanTokenize)
+	_, span := s.tracer.Start(ctx, spans.SpanTokenize)
 	return span
 }
 
@@ -81,7 +81,7 @@ func tokenized(span trace.Span, n int, err error) {
 	if err != nil {
 		span.SetStatus(otelcodes.Error, "tokenize failed") // not err's text: it may quote the prompt
 	} else if span.IsRecording() {
-		span.SetAttributes(tracing.AttrPromptTokens.Int(n))
+		span.SetAttributes(spans.AttrPromptTokens.Int(n))
 	}
 	span.End()
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/tracingtest"
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/node/simengine"
@@ -101,7 +102,7 @@ func newTracedFleet(t *testing.T) *tracedFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !tracing.Enabled(tp) {
+	if !spans.Enabled(tp) {
 		t.Fatal("tracing is off with an OTLP endpoint in the environment")
 	}
 	t.Cleanup(func() {
@@ -253,19 +254,19 @@ func (f *tracedFleet) engineParents(t *testing.T, traceID string) map[string]str
 }
 
 // one returns the only span called name among spans, failing otherwise.
-func one(t *testing.T, spans []tracingtest.Span, name string) tracingtest.Span {
+func one(t *testing.T, sp []tracingtest.Span, name string) tracingtest.Span {
 	t.Helper()
-	s := tracingtest.Named(spans, name)
+	s := tracingtest.Named(sp, name)
 	if len(s) != 1 {
-		t.Fatalf("%d spans %q, want 1:\n%s", len(s), name, tracingtest.Dump(spans))
+		t.Fatalf("%d spans %q, want 1:\n%s", len(s), name, tracingtest.Dump(sp))
 	}
 	return s[0]
 }
 
 // names lists spans' names, sorted as received.
-func names(spans []tracingtest.Span) []string {
+func names(sp []tracingtest.Span) []string {
 	var out []string
-	for _, s := range spans {
+	for _, s := range sp {
 		out = append(out, s.Name)
 	}
 	return out
@@ -275,12 +276,12 @@ func names(spans []tracingtest.Span) []string {
 // names among the spans of its trace.
 func hasSpans(traceID, root string, want ...string) func([]tracingtest.Span) error {
 	return func(all []tracingtest.Span) error {
-		spans := tracingtest.InTrace(all, traceID)
-		if len(tracingtest.Named(spans, root)) == 0 {
+		sp := tracingtest.InTrace(all, traceID)
+		if len(tracingtest.Named(sp, root)) == 0 {
 			return fmt.Errorf("no %q in trace %s", root, traceID)
 		}
 		for _, w := range want {
-			if len(tracingtest.Named(spans, w)) == 0 {
+			if len(tracingtest.Named(sp, w)) == 0 {
 				return fmt.Errorf("no %q in trace %s", w, traceID)
 			}
 		}
@@ -309,10 +310,10 @@ func checkDecide(t *testing.T, d tracingtest.Span, node string, estimated, promp
 }
 
 // noPrompt checks that no span attribute or status quotes the prompt.
-func noPrompt(t *testing.T, spans []tracingtest.Span) {
+func noPrompt(t *testing.T, sp []tracingtest.Span) {
 	t.Helper()
 	needle := strings.TrimSpace(tracePrompt)[:20]
-	for _, s := range spans {
+	for _, s := range sp {
 		if strings.Contains(s.StatusMessage, needle) {
 			t.Errorf("span %s's status quotes the prompt: %q", s.Name, s.StatusMessage)
 		}
@@ -340,45 +341,45 @@ func TestTracingThroughEveryDoor(t *testing.T) {
 			t.Fatalf("stream did not end: %q", body)
 		}
 		all := f.rcv.Wait(t, traceWait, "front door spans", hasSpans(ct.traceID, "POST /v1/completions",
-			tracing.SpanAdmission, tracing.SpanTokenize, tracing.SpanDecide, tracing.SpanUpstream, tracing.SpanFirstByte))
-		spans := tracingtest.InTrace(all, ct.traceID)
-		srv := one(t, spans, "POST /v1/completions")
+			spans.SpanAdmission, spans.SpanTokenize, spans.SpanDecide, spans.SpanUpstream, spans.SpanFirstByte))
+		sp := tracingtest.InTrace(all, ct.traceID)
+		srv := one(t, sp, "POST /v1/completions")
 		if srv.ParentSpanID != ct.spanID || srv.Kind != tracepb.Span_SPAN_KIND_SERVER || srv.Attrs["http.response.status_code"] != int64(200) {
 			t.Fatalf("server span: parent %s (client's %s), kind %v, attrs %v", srv.ParentSpanID, ct.spanID, srv.Kind, srv.Attrs)
 		}
-		got := names(tracingtest.Children(spans, srv))
+		got := names(tracingtest.Children(sp, srv))
 		slices.Sort(got)
 		if strings.Join(got, ",") != "admission,decide,tokenize,upstream" {
 			t.Fatalf("the server span's children: %v", got)
 		}
-		for _, name := range []string{tracing.SpanAdmission, tracing.SpanTokenize, tracing.SpanDecide, tracing.SpanUpstream} {
-			if s := one(t, spans, name); s.ParentSpanID != srv.SpanID {
-				t.Fatalf("%s is not a child of the server span:\n%s", name, tracingtest.Dump(spans))
+		for _, name := range []string{spans.SpanAdmission, spans.SpanTokenize, spans.SpanDecide, spans.SpanUpstream} {
+			if s := one(t, sp, name); s.ParentSpanID != srv.SpanID {
+				t.Fatalf("%s is not a child of the server span:\n%s", name, tracingtest.Dump(sp))
 			}
 		}
 		estimated, _ := strconv.Atoi(h.Get(frontdoor.HeaderEstimate))
 		if estimated == 0 {
 			t.Fatalf("the front door estimated nothing for a prompt node-1 holds (%s)", h.Get(frontdoor.HeaderNode))
 		}
-		checkDecide(t, one(t, spans, tracing.SpanDecide), h.Get(frontdoor.HeaderNode), estimated, len(f.tokens))
-		if tk := one(t, spans, tracing.SpanTokenize); tk.Attrs["prefixmesh.prompt_tokens"] != int64(len(f.tokens)) {
+		checkDecide(t, one(t, sp, spans.SpanDecide), h.Get(frontdoor.HeaderNode), estimated, len(f.tokens))
+		if tk := one(t, sp, spans.SpanTokenize); tk.Attrs["prefixmesh.prompt_tokens"] != int64(len(f.tokens)) {
 			t.Errorf("tokenize: %v", tk.Attrs)
 		}
-		up := one(t, spans, tracing.SpanUpstream)
+		up := one(t, sp, spans.SpanUpstream)
 		if up.Kind != tracepb.Span_SPAN_KIND_CLIENT || up.Attrs["prefixmesh.node"] != h.Get(frontdoor.HeaderNode) ||
 			up.Attrs["prefixmesh.attempt"] != int64(1) || up.Attrs["http.response.status_code"] != int64(200) ||
 			up.Attrs["server.address"] != "127.0.0.1" || up.StatusCode == tracepb.Status_STATUS_CODE_ERROR {
 			t.Fatalf("upstream span: kind %v, status %v, attrs %v", up.Kind, up.StatusCode, up.Attrs)
 		}
-		fb := one(t, spans, tracing.SpanFirstByte)
+		fb := one(t, sp, spans.SpanFirstByte)
 		if fb.ParentSpanID != up.SpanID || fb.End.After(up.End) {
-			t.Fatalf("first_byte is not within the upstream attempt:\n%s", tracingtest.Dump(spans))
+			t.Fatalf("first_byte is not within the upstream attempt:\n%s", tracingtest.Dump(sp))
 		}
 		// The engine got the attempt's traceparent, in the client's trace, not the client's own.
 		if got := f.engineParents(t, ct.traceID); len(got) != 1 || got[up.SpanID] != h.Get(frontdoor.HeaderNode) {
 			t.Fatalf("engines received parents %v; want the upstream span %s on %s", got, up.SpanID, h.Get(frontdoor.HeaderNode))
 		}
-		noPrompt(t, spans)
+		noPrompt(t, sp)
 	})
 
 	t.Run("front door retry", func(t *testing.T) {
@@ -386,25 +387,25 @@ func TestTracingThroughEveryDoor(t *testing.T) {
 		f.engines[0].failNext.Store(1) // the first attempt, wherever it goes, answers 503
 		h, _ := f.post(t, f.front, ct, map[string]any{"model": "prefixmesh-sim", "prompt": prompt, "max_tokens": 2})
 		all := f.rcv.Wait(t, traceWait, "retry spans", func(all []tracingtest.Span) error {
-			spans := tracingtest.InTrace(all, ct.traceID)
-			if len(tracingtest.Named(spans, "POST /v1/completions")) == 0 || len(tracingtest.Named(spans, tracing.SpanUpstream)) < 2 {
-				return fmt.Errorf("have %v", names(spans))
+			sp := tracingtest.InTrace(all, ct.traceID)
+			if len(tracingtest.Named(sp, "POST /v1/completions")) == 0 || len(tracingtest.Named(sp, spans.SpanUpstream)) < 2 {
+				return fmt.Errorf("have %v", names(sp))
 			}
 			return nil
 		})
-		spans := tracingtest.InTrace(all, ct.traceID)
-		srv := one(t, spans, "POST /v1/completions")
+		sp := tracingtest.InTrace(all, ct.traceID)
+		srv := one(t, sp, "POST /v1/completions")
 		var ups, decides []tracingtest.Span
-		for _, c := range tracingtest.Children(spans, srv) {
+		for _, c := range tracingtest.Children(sp, srv) {
 			switch c.Name {
-			case tracing.SpanUpstream:
+			case spans.SpanUpstream:
 				ups = append(ups, c)
-			case tracing.SpanDecide:
+			case spans.SpanDecide:
 				decides = append(decides, c)
 			}
 		}
 		if len(ups) != 2 || len(decides) != 2 {
-			t.Fatalf("want two sibling attempts, each decided:\n%s", tracingtest.Dump(spans))
+			t.Fatalf("want two sibling attempts, each decided:\n%s", tracingtest.Dump(sp))
 		}
 		if ups[0].Attrs["prefixmesh.attempt"] == int64(2) {
 			ups[0], ups[1] = ups[1], ups[0]
@@ -435,19 +436,19 @@ func TestTracingThroughEveryDoor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		all := f.rcv.Wait(t, traceWait, "Route spans", hasSpans(ct.traceID, routeSpanName, tracing.SpanTokenize, tracing.SpanDecide))
-		spans := tracingtest.InTrace(all, ct.traceID)
-		srv := one(t, spans, routeSpanName)
+		all := f.rcv.Wait(t, traceWait, "Route spans", hasSpans(ct.traceID, routeSpanName, spans.SpanTokenize, spans.SpanDecide))
+		sp := tracingtest.InTrace(all, ct.traceID)
+		srv := one(t, sp, routeSpanName)
 		if srv.ParentSpanID != ct.spanID || srv.Kind != tracepb.Span_SPAN_KIND_SERVER || srv.Attrs["rpc.grpc.status_code"] != int64(0) {
 			t.Fatalf("Route span: parent %s (client's %s), kind %v, attrs %v", srv.ParentSpanID, ct.spanID, srv.Kind, srv.Attrs)
 		}
-		for _, name := range []string{tracing.SpanTokenize, tracing.SpanDecide} {
-			if s := one(t, spans, name); s.ParentSpanID != srv.SpanID {
-				t.Fatalf("%s is not a child of the Route span:\n%s", name, tracingtest.Dump(spans))
+		for _, name := range []string{spans.SpanTokenize, spans.SpanDecide} {
+			if s := one(t, sp, name); s.ParentSpanID != srv.SpanID {
+				t.Fatalf("%s is not a child of the Route span:\n%s", name, tracingtest.Dump(sp))
 			}
 		}
-		checkDecide(t, one(t, spans, tracing.SpanDecide), resp.GetNodeId(), int(resp.GetEstimatedMatchedTokens()), int(resp.GetPromptTokens()))
-		noPrompt(t, spans)
+		checkDecide(t, one(t, sp, spans.SpanDecide), resp.GetNodeId(), int(resp.GetEstimatedMatchedTokens()), int(resp.GetPromptTokens()))
+		noPrompt(t, sp)
 	})
 
 	t.Run("ext_proc", func(t *testing.T) {
@@ -458,15 +459,15 @@ func TestTracingThroughEveryDoor(t *testing.T) {
 			t.Fatalf("served by %q; body %q", h.Get(fakegw.HeaderServed), body)
 		}
 		const root = "ext_proc POST /v1/completions"
-		all := f.rcv.Wait(t, traceWait, "ext_proc spans", hasSpans(ct.traceID, root, tracing.SpanDecide))
-		spans := tracingtest.InTrace(all, ct.traceID)
-		ep := one(t, spans, root)
+		all := f.rcv.Wait(t, traceWait, "ext_proc spans", hasSpans(ct.traceID, root, spans.SpanDecide))
+		sp := tracingtest.InTrace(all, ct.traceID)
+		ep := one(t, sp, root)
 		if ep.ParentSpanID != ct.spanID || ep.Attrs["prefixmesh.served_node"] != served || ep.Attrs["http.response.status_code"] != int64(200) {
 			t.Fatalf("picker span: parent %s (client's %s), attrs %v", ep.ParentSpanID, ct.spanID, ep.Attrs)
 		}
-		dec := one(t, spans, tracing.SpanDecide)
+		dec := one(t, sp, spans.SpanDecide)
 		if dec.ParentSpanID != ep.SpanID {
-			t.Fatalf("decide is not a child of the picker's span:\n%s", tracingtest.Dump(spans))
+			t.Fatalf("decide is not a child of the picker's span:\n%s", tracingtest.Dump(sp))
 		}
 		est := -1
 		if v, ok := dec.Attrs["prefixmesh.estimated_matched_tokens"].(int64); ok {
@@ -480,7 +481,7 @@ func TestTracingThroughEveryDoor(t *testing.T) {
 		if got := f.engineParents(t, ct.traceID); len(got) != 1 || got[ep.SpanID] != served {
 			t.Fatalf("engines received parents %v; want the picker's span %s on %s", got, ep.SpanID, served)
 		}
-		noPrompt(t, spans)
+		noPrompt(t, sp)
 	})
 }
 
@@ -505,11 +506,11 @@ func TestTracingNewTrace(t *testing.T) {
 	if srv.ParentSpanID != "" {
 		t.Fatalf("server span has parent %s without a traceparent", srv.ParentSpanID)
 	}
-	spans := tracingtest.InTrace(all, srv.TraceID)
-	if len(tracingtest.Named(spans, tracing.SpanTokenize)) != 0 {
-		t.Fatalf("a prompt of token ids was tokenised:\n%s", tracingtest.Dump(spans))
+	sp := tracingtest.InTrace(all, srv.TraceID)
+	if len(tracingtest.Named(sp, spans.SpanTokenize)) != 0 {
+		t.Fatalf("a prompt of token ids was tokenised:\n%s", tracingtest.Dump(sp))
 	}
-	up := one(t, spans, tracing.SpanUpstream)
+	up := one(t, sp, spans.SpanUpstream)
 	if got := f.engineParents(t, srv.TraceID); len(got) != 1 || got[up.SpanID] == "" {
 		t.Fatalf("engines received parents %v; want the upstream span %s", got, up.SpanID)
 	}

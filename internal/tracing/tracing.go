@@ -1,12 +1,12 @@
 // Package tracing builds the OpenTelemetry TracerProvider of the prefixmesh daemons from the
-// standard OpenTelemetry environment variables, and holds the span attribute names the router's
-// doors share. Tracing is off unless the environment asks for it (OTEL_TRACES_EXPORTER=otlp, or an
-// OTLP endpoint is set); off, New returns the no-op provider and the components it is handed skip
-// span work altogether, so the routing hot path costs nothing. On, spans go to an OTLP exporter
-// (gRPC or HTTP/protobuf) through a batch span processor; the SDK's own variables (OTLP endpoint,
-// headers, TLS, timeout, compression, OTEL_TRACES_SAMPLER, OTEL_BSP_*) keep their standard
-// meaning. Nothing here touches otel's global provider: each component takes its provider in its
-// Config, and propagation is W3C trace context (traceparent, tracestate), named explicitly.
+// standard OpenTelemetry environment variables. Tracing is off unless the environment asks for it
+// (OTEL_TRACES_EXPORTER=otlp, or an OTLP endpoint is set); off, New returns the no-op provider and
+// the components it is handed skip span work altogether (spans.Enabled), so the routing hot path
+// costs nothing. On, spans go to an OTLP exporter (gRPC or HTTP/protobuf) through a batch span
+// processor; the SDK's own variables (OTLP endpoint, headers, TLS, timeout, compression,
+// OTEL_TRACES_SAMPLER, OTEL_BSP_*) keep their standard meaning. Nothing here touches otel's
+// global provider: each component takes its provider in its Config. The names and attributes the
+// doors' spans share are in internal/tracing/spans, which does not link the exporters.
 package tracing
 
 import (
@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -49,9 +48,6 @@ const (
 // DefaultShutdownTimeout bounds Shutdown's flush when its context has no deadline: a collector
 // that does not take a batch within 5 s is down, and a stopping daemon should not wait for it.
 const DefaultShutdownTimeout = 5 * time.Second
-
-// Propagator is the one propagation format of every door: W3C trace context.
-var Propagator = propagation.TraceContext{}
 
 // Config is what the caller knows that the environment does not.
 type Config struct {
@@ -165,60 +161,4 @@ func New(ctx context.Context, cfg Config) (trace.TracerProvider, func(context.Co
 		return tp.Shutdown(ctx)
 	}
 	return tp, shutdown, nil
-}
-
-// Enabled reports whether tp records anything: false for nil and the no-op provider, so that a
-// component handed either skips span work on its hot path.
-func Enabled(tp trace.TracerProvider) bool {
-	switch tp.(type) {
-	case nil, noop.TracerProvider:
-		return false
-	}
-	return true
-}
-
-// Tracer is tp's tracer for a component (instrumentation scope name), the no-op tracer for nil.
-func Tracer(tp trace.TracerProvider, name string) trace.Tracer {
-	if tp == nil {
-		return noop.NewTracerProvider().Tracer(name)
-	}
-	return tp.Tracer(name)
-}
-
-// Span attributes of the routing decision, the same on every door. None carries prompt content:
-// counts, node ids and the policy's own words only.
-const (
-	AttrNode             = attribute.Key("prefixmesh.node")
-	AttrPolicy           = attribute.Key("prefixmesh.policy")
-	AttrReason           = attribute.Key("prefixmesh.reason")
-	AttrEstimatedMatched = attribute.Key("prefixmesh.estimated_matched_tokens")
-	AttrPredictedTTFT    = attribute.Key("prefixmesh.predicted_ttft_s")
-	AttrPromptTokens     = attribute.Key("prefixmesh.prompt_tokens")
-	AttrAttempt          = attribute.Key("prefixmesh.attempt")
-	AttrDryRun           = attribute.Key("prefixmesh.dry_run")
-	AttrServedNode       = attribute.Key("prefixmesh.served_node")
-	AttrCachedTokens     = attribute.Key("prefixmesh.cached_tokens")
-)
-
-// Span names shared by the doors.
-const (
-	SpanAdmission = "admission"
-	SpanTokenize  = "tokenize"
-	SpanDecide    = "decide"
-	SpanUpstream  = "upstream"
-	SpanFirstByte = "first_byte"
-)
-
-// Decision is the decide span's attributes: the chosen node, the policy and its reason, the
-// estimated matched tokens, the predicted time to first token and the prompt's length (-1:
-// unknown, left out).
-func Decision(span trace.Span, node, policy, reason string, estimated int, predictedTTFT time.Duration, promptTokens int) {
-	if !span.IsRecording() {
-		return
-	}
-	span.SetAttributes(AttrNode.String(node), AttrPolicy.String(policy), AttrReason.String(reason),
-		AttrEstimatedMatched.Int(estimated), AttrPredictedTTFT.Float64(predictedTTFT.Seconds()))
-	if promptTokens >= 0 {
-		span.SetAttributes(AttrPromptTokens.Int(promptTokens))
-	}
 }

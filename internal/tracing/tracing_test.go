@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/tracingtest"
 )
 
@@ -82,7 +83,7 @@ func TestNewOffIsNoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tracing.Enabled(tp) || tracing.Enabled(nil) {
+	if spans.Enabled(tp) || spans.Enabled(nil) {
 		t.Fatal("the provider of a tracing that is off says it is enabled")
 	}
 	_, span := tp.Tracer("t").Start(context.Background(), "s")
@@ -115,7 +116,7 @@ func TestExportGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !tracing.Enabled(tp) {
+	if !spans.Enabled(tp) {
 		t.Fatal("not enabled with an endpoint set")
 	}
 	_, span := tp.Tracer("t").Start(context.Background(), "hello")
@@ -125,9 +126,9 @@ func TestExportGRPC(t *testing.T) {
 	if err := shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	spans := rcv.Spans()
-	if len(spans) != 1 || spans[0].Name != "hello" || spans[0].Service != "prefixmesh-router" {
-		t.Fatalf("received:\n%s", tracingtest.Dump(spans))
+	sp := rcv.Spans()
+	if len(sp) != 1 || sp[0].Name != "hello" || sp[0].Service != "prefixmesh-router" {
+		t.Fatalf("received:\n%s", tracingtest.Dump(sp))
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
 
@@ -98,7 +98,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, picker: deps.Picker, nodes: deps.Nodes, met: met, log: log, health: health.NewServer(),
-		readers: newReaders(), tracer: tracing.Tracer(cfg.TracerProvider, tracerName), tracing: tracing.Enabled(cfg.TracerProvider)}
+		readers: newReaders(), tracer: spans.Tracer(cfg.TracerProvider, tracerName), tracing: spans.Enabled(cfg.TracerProvider)}
 	s.health.SetServingStatus(ServiceLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.SetReady(false)
 	return s, nil

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
 
@@ -40,7 +40,7 @@ func (c *mutationCarrier) Keys() []string { return nil }
 
 // startSpan starts the request's span, its parent the traceparent among the request headers.
 func (st *stream) startSpan(hm *corev3.HeaderMap) {
-	ctx := tracing.Propagator.Extract(st.ctx, headerMapCarrier{hm})
+	ctx := spans.Propagator.Extract(st.ctx, headerMapCarrier{hm})
 	method := headerValue(hm, ":method")
 	path, _, _ := strings.Cut(st.path, "?")
 	name := "ext_proc " + method
@@ -59,9 +59,9 @@ func (st *stream) traceHeaders() []*corev3.HeaderValueOption {
 		return nil
 	}
 	var c mutationCarrier
-	tracing.Propagator.Inject(st.spanCtx, &c)
+	spans.Propagator.Inject(st.spanCtx, &c)
 	if st.pick != nil && st.span.IsRecording() {
-		st.span.SetAttributes(tracing.AttrNode.String(st.pick.NodeID), attribute.String("prefixmesh.destination", st.dest))
+		st.span.SetAttributes(spans.AttrNode.String(st.pick.NodeID), attribute.String("prefixmesh.destination", st.dest))
 	}
 	return c
 }
@@ -69,7 +69,7 @@ func (st *stream) traceHeaders() []*corev3.HeaderValueOption {
 // served records the node that served, as the gateway reports it.
 func (st *stream) served(node string) {
 	if st.span != nil && node != "" && st.span.IsRecording() {
-		st.span.SetAttributes(tracing.AttrServedNode.String(node))
+		st.span.SetAttributes(spans.AttrServedNode.String(node))
 	}
 }
 
@@ -90,7 +90,7 @@ func (st *stream) endSpan(o frontdoor.Outcome, pk *frontdoor.GatewayPick) {
 			st.span.SetAttributes(attribute.Int("http.response.status_code", o.Status))
 		}
 		if o.CachedTokens >= 0 {
-			st.span.SetAttributes(tracing.AttrCachedTokens.Int(o.CachedTokens))
+			st.span.SetAttributes(spans.AttrCachedTokens.Int(o.CachedTokens))
 		}
 		switch {
 		case o.Err != nil:

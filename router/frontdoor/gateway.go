@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/prefixmesh/prefixmesh/internal/openai"
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 )
 
 // GatewayRequest is a request that a gateway proxies itself and only asks the router where to
@@ -100,7 +100,7 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 			}
 		}
 	}
-	dctx, decide := s.startSpan(ctx, tracing.SpanDecide, trace.SpanKindInternal)
+	dctx, decide := s.startSpan(ctx, spans.SpanDecide, trace.SpanKindInternal)
 	pk, err := s.picker.Pick(dctx, &preq, r.Exclude)
 	if err != nil {
 		spanError(decide, err.Error())

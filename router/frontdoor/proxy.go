@@ -17,7 +17,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/openai"
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 )
 
 // maxAttempts is one try plus one retry on the next-best node: enough to ride over a node that
@@ -66,7 +66,7 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		}()
 		// Admission: the in-flight bound, the body read under its size and time bounds, the
 		// parse; the span ends before tokenising and deciding.
-		_, adm := s.startSpan(r.Context(), tracing.SpanAdmission, trace.SpanKindInternal)
+		_, adm := s.startSpan(r.Context(), spans.SpanAdmission, trace.SpanKindInternal)
 		defer adm.End()
 		if err := openai.CheckJSON(r.Header); err != nil {
 			spanError(adm, "not a JSON request")
@@ -266,7 +266,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 		promptTokens = len(preq.Tokens)
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		dctx, decide := s.startSpan(ctx, tracing.SpanDecide, trace.SpanKindInternal)
+		dctx, decide := s.startSpan(ctx, spans.SpanDecide, trace.SpanKindInternal)
 		pk, err := s.picker.Pick(dctx, preq, exclude)
 		if err != nil {
 			spanError(decide, err.Error())

@@ -21,7 +21,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 )
 
 // Deps are the front door's collaborators.
@@ -79,7 +79,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, nodes: deps.Nodes, ejector: deps.Ejector, reg: deps.Registry, log: deps.Logger,
 		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}}
 	s.stop, s.stopCancel = context.WithCancel(context.Background())
-	s.tracer, s.tracing = tracing.Tracer(cfg.TracerProvider, tracerName), tracing.Enabled(cfg.TracerProvider)
+	s.tracer, s.tracing = spans.Tracer(cfg.TracerProvider, tracerName), spans.Enabled(cfg.TracerProvider)
 	if s.health == nil {
 		s.health = nopHealth{}
 	}

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 )
 
 // tracerName is the front door's instrumentation scope.
@@ -35,7 +35,7 @@ func (s *Server) serverSpan(r *http.Request, name, path string) (*http.Request, 
 	if !s.tracing {
 		return r, nopSpan
 	}
-	ctx := tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := spans.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 		attribute.String("http.request.method", r.Method), attribute.String("http.route", path),
 		attribute.String("client.address", r.RemoteAddr)))
@@ -69,15 +69,15 @@ func admitted(span trace.Span, n int) {
 	span.End()
 }
 
-// decided records a pick on its decide span (tracing.Decision's attributes, and the attempt) and
+// decided records a pick on its decide span (spans.Decision's attributes, and the attempt) and
 // ends it; promptTokens is -1 when the prompt was not tokenised.
 func decided(span trace.Span, pk *Pick, promptTokens, attempt int) {
 	if !span.IsRecording() {
 		return
 	}
-	tracing.Decision(span, pk.NodeID, pk.Policy, pk.Reason, pk.EstimatedMatchedTokens, pk.ExpectedTTFT, promptTokens)
+	spans.Decision(span, pk.NodeID, pk.Policy, pk.Reason, pk.EstimatedMatchedTokens, pk.ExpectedTTFT, promptTokens)
 	if attempt > 0 {
-		span.SetAttributes(tracing.AttrAttempt.Int(attempt))
+		span.SetAttributes(spans.AttrAttempt.Int(attempt))
 	}
 	span.End()
 }
@@ -91,7 +91,7 @@ func (s *Server) startUpstream(ctx context.Context, pk *Pick, attempt int) *atte
 		at.span, at.firstByte = nopSpan, nopSpan
 		return at
 	}
-	attrs := []attribute.KeyValue{tracing.AttrNode.String(pk.NodeID), tracing.AttrAttempt.Int(attempt),
+	attrs := []attribute.KeyValue{spans.AttrNode.String(pk.NodeID), spans.AttrAttempt.Int(attempt),
 		attribute.String("http.request.method", http.MethodPost)}
 	if u, err := url.Parse(pk.EngineURL); err == nil {
 		attrs = append(attrs, attribute.String("server.address", u.Hostname()))
@@ -99,10 +99,10 @@ func (s *Server) startUpstream(ctx context.Context, pk *Pick, attempt int) *atte
 			attrs = append(attrs, attribute.Int("server.port", p))
 		}
 	}
-	ctx, span := s.tracer.Start(ctx, tracing.SpanUpstream, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := s.tracer.Start(ctx, spans.SpanUpstream, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	at := s.newAttempt(ctx)
 	at.span = span
-	_, at.firstByte = s.tracer.Start(ctx, tracing.SpanFirstByte)
+	_, at.firstByte = s.tracer.Start(ctx, spans.SpanFirstByte)
 	return at
 }
 
@@ -130,7 +130,7 @@ func (a *attempt) failed(err error) {
 }
 
 // onFirstToken is what the relay calls at the first output token: the pick's FirstToken, and the
-// end of the first_byte span when tracing.
+// end of the first_byte span when spans.
 func (a *attempt) onFirstToken(first func()) func() {
 	if !a.firstByte.IsRecording() {
 		return first
@@ -151,7 +151,7 @@ func (s *Server) injectTrace(ctx context.Context, h http.Header) {
 	}
 	h.Del("Traceparent")
 	h.Del("Tracestate")
-	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+	spans.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
 }
 
 // tokenizeSpan starts the span of the router tokenising a text or chat prompt (nopSpan for a
@@ -160,7 +160,7 @@ func (s *Server) tokenizeSpan(ctx context.Context, g *genRequest) (context.Conte
 	if !s.tracing || (!g.chat && g.tokens != nil) {
 		return ctx, nopSpan
 	}
-	return s.tracer.Start(ctx, tracing.SpanTokenize)
+	return s.tracer.Start(ctx, spans.SpanTokenize)
 }
 
 // tokenized ends the tokenize span with the prompt's length, or err.
@@ -172,7 +172,7 @@ func tokenized(span trace.Span, n int, err error) {
 		// Not err's text: a tokenizer's or template's message may quote the prompt.
 		span.SetStatus(codes.Error, "tokenize failed")
 	} else {
-		span.SetAttributes(tracing.AttrPromptTokens.Int(n))
+		span.SetAttributes(spans.AttrPromptTokens.Int(n))
 	}
 	span.End()
 }

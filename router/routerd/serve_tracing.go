@@ -5,6 +5,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/buildinfo"
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 )
 
 // serviceName is the router's service.name in traces unless OTEL_SERVICE_NAME says otherwise.
@@ -20,7 +21,7 @@ func (d *routerd) startTracing(ctx context.Context) error {
 		return err
 	}
 	d.tracer, d.stopTracing = tp, shutdown
-	if tracing.Enabled(tp) {
+	if spans.Enabled(tp) {
 		st, _ := tracing.FromEnv() // New just read it without error
 		d.logger.Info("tracing on", "protocol", st.Protocol)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/tracingtest"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
@@ -55,10 +56,10 @@ func TestServeTracesAndFlushesOnDrain(t *testing.T) {
 
 	c.stopRouter() // returns once `serve` has exited: its drain flushed the spans
 
-	spans := rcv.Spans()
+	sp := rcv.Spans()
 	check := func(traceID, root, parent string, want ...string) []tracingtest.Span {
 		t.Helper()
-		in := tracingtest.InTrace(spans, traceID)
+		in := tracingtest.InTrace(sp, traceID)
 		got := map[string]int{}
 		for _, s := range in {
 			got[s.Name]++
@@ -76,12 +77,12 @@ func TestServeTracesAndFlushesOnDrain(t *testing.T) {
 		}
 		return in
 	}
-	fd := check(httpTrace, "POST /v1/completions", "b7ad6b7169203331", tracing.SpanAdmission, tracing.SpanDecide, tracing.SpanUpstream, tracing.SpanFirstByte)
-	if d := tracingtest.Named(fd, tracing.SpanDecide)[0]; d.Attrs["prefixmesh.node"] != node {
+	fd := check(httpTrace, "POST /v1/completions", "b7ad6b7169203331", spans.SpanAdmission, spans.SpanDecide, spans.SpanUpstream, spans.SpanFirstByte)
+	if d := tracingtest.Named(fd, spans.SpanDecide)[0]; d.Attrs["prefixmesh.node"] != node {
 		t.Fatalf("decide chose %v; %s served", d.Attrs["prefixmesh.node"], node)
 	}
-	rt := check(routeTrace, pb.Router_ServiceDesc.ServiceName+"/Route", "00f067aa0ba902b7", tracing.SpanDecide)
-	if d := tracingtest.Named(rt, tracing.SpanDecide)[0]; d.Attrs["prefixmesh.node"] != r.GetNodeId() || d.Attrs["prefixmesh.dry_run"] != true {
+	rt := check(routeTrace, pb.Router_ServiceDesc.ServiceName+"/Route", "00f067aa0ba902b7", spans.SpanDecide)
+	if d := tracingtest.Named(rt, spans.SpanDecide)[0]; d.Attrs["prefixmesh.node"] != r.GetNodeId() || d.Attrs["prefixmesh.dry_run"] != true {
 		t.Fatalf("Route's decide: %v; Route answered %s", d.Attrs, r.GetNodeId())
 	}
 }
