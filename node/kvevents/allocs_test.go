@@ -1,7 +1,9 @@
 package kvevents
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/testenv"
 )
@@ -39,5 +41,44 @@ func TestAllocsDecodeApply(t *testing.T) {
 		if n := testing.AllocsPerRun(50, run); n != 0 {
 			t.Errorf("%s: decode+apply of one store and one removal batch allocated %.1f times, want 0", c.name, n)
 		}
+	}
+}
+
+// followerHotPath is a follower whose rank 0 has applied a first batch: the rank machine and
+// the driver's executor, with no sockets, for the in-order live path.
+func followerHotPath(t testing.TB) (live func(seq uint64, payload []byte), store, remove []byte) {
+	store, remove, _ = benchBatches(LayoutMap, HashInt)
+	m := NewMirror(16)
+	rootBlock(m)
+	f, err := NewFollower(DefaultConfig(), m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := f.ranks[0]
+	rs.idle = time.NewTimer(time.Hour)
+	t.Cleanup(func() { rs.idle.Stop() })
+	ctx := context.Background()
+	live = func(seq uint64, payload []byte) { f.run(ctx, rs, rs.m.Live(seq, payload, time.Now())) }
+	live(0, store)
+	return live, store, remove
+}
+
+// TestAllocsFollowerLive: the follower's whole in-order path (the rank machine's transition,
+// decode, apply, metrics, the recorded position, the idle timer) allocates nothing either.
+func TestAllocsFollowerLive(t *testing.T) {
+	testenv.SkipAllocsUnderRace(t)
+	live, store, remove := followerHotPath(t)
+	seq := uint64(0)
+	run := func() {
+		for _, p := range [][]byte{remove, store} {
+			seq++
+			live(seq, p)
+		}
+	}
+	for range 64 {
+		run()
+	}
+	if n := testing.AllocsPerRun(50, run); n != 0 {
+		t.Errorf("the follower's live path over one removal and one store batch allocated %.1f times, want 0", n)
 	}
 }

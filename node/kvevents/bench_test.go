@@ -174,3 +174,24 @@ func BenchmarkPeek(b *testing.B) {
 		_ = fmt.Sprint(len(dst))
 	})
 }
+
+// BenchmarkFollowerLive: the follower's in-order live path (rank machine, decode, apply, metrics,
+// position, idle timer) over one removal and one store batch per iteration, without sockets.
+func BenchmarkFollowerLive(b *testing.B) {
+	live, store, remove := followerHotPath(b)
+	seq := uint64(0)
+	for range 64 {
+		for _, p := range [][]byte{remove, store} {
+			seq++
+			live(seq, p)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, p := range [][]byte{remove, store} {
+			seq++
+			live(seq, p)
+		}
+	}
+}

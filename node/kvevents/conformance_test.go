@@ -389,12 +389,23 @@ func runConformance(t *testing.T, args []string) {
 		t.Fatalf("%v decode errors", n)
 	}
 
-	// An unknown tag inside a sequenced batch: what that event did is unknown (it may have
-	// removed blocks), so the batch is a gap no replay can fill: counted, the rank cleared and
-	// rebuilt from the batch's other events on, partial.
+	// An unknown tag naming no blocks cannot have removed one: counted and skipped, the batch
+	// applies whole and the rank stays exact.
+	py.do(map[string]any{"op": "unknown_blockless"})
+	waitFor(t, "a block-less unknown tag counted", func() bool {
+		return testutil.ToFloat64(f.met.skipped.WithLabelValues("0", "unknown_tag")) >= 1
+	})
+	converge(t, m, ref, "after a block-less unknown event: unchanged")
+	if !f.Complete() || testutil.ToFloat64(f.met.lossy.WithLabelValues("0")) != 0 {
+		t.Fatal("a block-less unknown event made the rank partial")
+	}
+
+	// An unknown tag naming blocks inside a sequenced batch: what that event did to them is
+	// unknown (it may have removed them), so the batch is a gap no replay can fill: counted,
+	// the rank cleared and rebuilt from the batch's other events on, partial.
 	py.do(map[string]any{"op": "unknown"})
 	waitFor(t, "unknown tag counted as a lossy batch", func() bool {
-		return testutil.ToFloat64(f.met.skipped.WithLabelValues("0", "unknown_tag")) >= 1 &&
+		return testutil.ToFloat64(f.met.skipped.WithLabelValues("0", "unknown_removing")) >= 1 &&
 			testutil.ToFloat64(f.met.lossy.WithLabelValues("0")) >= 1
 	})
 	ref = &refMirror{bs: bs, blocks: map[mkey]*refBlock{}}

@@ -202,9 +202,15 @@ func (d *Decoder) decodeEvents(b *Batch) error {
 			return err
 		}
 		if ev.bad || ev.Kind == KindUnknown {
-			if ev.bad {
+			switch {
+			case ev.Kind == KindUnknown && ev.container && (ev.untagged || ev.bad || len(ev.Hashes) > 0):
+				// An unknown kind that names blocks (or has no readable tag) may have
+				// removed or moved them: see UnknownRemoving.
+				b.Unknown++
+				b.UnknownRemoving++
+			case ev.bad:
 				b.Malformed++
-			} else {
+			default: // an unknown kind that names no blocks
 				b.Unknown++
 			}
 			b.Events = b.Events[:len(b.Events)-1]
@@ -226,8 +232,10 @@ func (d *Decoder) decodeEvent(ev *Event, b *Batch) error {
 	}
 	switch {
 	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		ev.container = true
 		return d.decodeMapEvent(ev, b)
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		ev.container = true
 		return d.decodeArrayEvent(ev, b)
 	default:
 		ev.bad = true
@@ -265,6 +273,8 @@ func (d *Decoder) decodeArrayEvent(ev *Event, b *Batch) error {
 	}
 	if ok {
 		ev.Kind = kindOf(tag)
+	} else {
+		ev.untagged = true
 	}
 	var known int
 	switch ev.Kind {
@@ -276,6 +286,20 @@ func (d *Decoder) decodeArrayEvent(ev *Event, b *Batch) error {
 		known = 1
 	}
 	for i := 1; i < n; i++ {
+		if ev.Kind == KindUnknown && i == 1 {
+			// Both engines keep an event's block hashes at position 1 (BlockStored,
+			// BlockRemoved): an unknown kind with a list there names blocks.
+			c, err := d.dec.PeekCode()
+			if err != nil {
+				return err
+			}
+			if isArray(c) {
+				if err := d.readHashes(ev); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if ev.Kind == KindUnknown || i >= known {
 			if ev.Kind != KindUnknown {
 				b.Fields++
@@ -309,6 +333,7 @@ func (d *Decoder) decodeMapEvent(ev *Event, b *Batch) error {
 	if err != nil {
 		return err
 	}
+	ev.untagged = true // until a readable "type"
 	for i := 0; i < n; i++ {
 		k, ok, err := d.readKey()
 		if err != nil {
@@ -327,7 +352,7 @@ func (d *Decoder) decodeMapEvent(ev *Event, b *Batch) error {
 				return err
 			}
 			if ok {
-				ev.Kind = kindOf(tag)
+				ev.Kind, ev.untagged = kindOf(tag), false
 			}
 			continue
 		}

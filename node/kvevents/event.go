@@ -84,6 +84,8 @@ type Event struct {
 	Window int
 	// bad: a field had the wrong type or range; the event is skipped and counted.
 	bad bool
+	// container: the event is an array or a map; untagged: it has no readable tag ("type").
+	container, untagged bool
 }
 
 // SpecKind is a KV-cache group's attention type, from vLLM's kv_cache_spec_kind.
@@ -120,4 +122,11 @@ type Batch struct {
 	// Unknown counts events with an unknown tag; Malformed those with a field of the wrong type
 	// or range; Fields the unknown map keys and trailing positional fields skipped.
 	Unknown, Malformed, Fields int
+	// UnknownRemoving counts the unknown events (of Unknown) that may have removed blocks: those
+	// that name blocks (a "block_hashes" field, or a list at position 1 where both engines keep
+	// an event's hashes), since a new kind could move or evict the blocks it names, and those
+	// with no readable tag, of which nothing is known. An unknown event that names no blocks
+	// cannot take one away: the engines remove blocks by naming them (BlockRemoved) or all at
+	// once (AllBlocksCleared).
+	UnknownRemoving int
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -36,82 +37,121 @@ var (
 	errRestarted = errors.New("replay reply from a restarted engine")
 )
 
-// replayFrom asks the rank's replay socket for every buffered batch from seq from and applies
-// those after rs.last (all of them when the rank has no baseline yet), in rounds until the
-// reply is complete.
-func (f *Follower) replayFrom(ctx context.Context, rs *rankState, from uint64) replayResult {
-	if rs.replay == "" {
-		f.met.replays.WithLabelValues(rs.r, "none").Inc()
-		return replayFailed
+// startReplay asks the rank's replay socket for every buffered batch from seq from and applies
+// those after the last one applied (all of them when the rank has no baseline yet), in rounds
+// until the reply is complete; o continues once it ends. accept lets the answer start after
+// from (a restored checkpoint's gap, already accepted).
+func (m *rankMachine) startReplay(from uint64, o op, accept bool) {
+	m.op = o
+	if !m.hasReplay {
+		m.count(mReplays, "none", 1)
+		m.replayDone(replayFailed)
+		return
 	}
-	total := 0
-	for round := 0; round < maxReplayRounds; round++ {
-		want := from
-		if rs.have {
-			want = rs.last + 1
-		}
-		applied := 0
-		rctx, cancel := context.WithTimeout(ctx, f.cfg.ReplayTimeout)
-		first, _, complete, err := Replay(rctx, rs.replay, want, func(seq uint64, payload []byte) error {
-			next := want
-			if rs.have {
-				next = rs.last + 1
-			}
-			switch {
-			case seq < want:
-				// The ROUTER answers from the requested sequence on: an earlier one comes from
-				// a new publisher, i.e. the engine restarted.
-				return errRestarted
-			case rs.have && seq < next:
-				return nil // already applied
-			case seq != next && applied == 0 && (round == 0 || !rs.have):
-				return errShort
-			case seq != next:
-				return errHole
-			}
-			f.applyBatch(rs, seq, payload)
-			applied++
-			return nil
-		})
-		cancel()
-		total += applied
-		switch {
-		case errors.Is(err, errRestarted):
-			f.met.replays.WithLabelValues(rs.r, "restarted").Inc()
-			return replayRestarted
-		case errors.Is(err, errShort):
-			f.met.replays.WithLabelValues(rs.r, "short").Inc()
-			f.log.Info("kv events replay does not reach back", "rank", rs.rank, "from", want, "first", first)
-			return replayShort
-		case err != nil && !errors.Is(err, errHole):
-			f.met.replays.WithLabelValues(rs.r, "failed").Inc()
-			f.log.Warn("kv events replay failed", "rank", rs.rank, "endpoint", rs.replay, "from", want, "err", err)
-			return replayFailed
-		case err == nil && complete:
-			f.met.replays.WithLabelValues(rs.r, "ok").Inc()
-			if total > 0 {
-				f.log.Info("kv events replayed", "rank", rs.rank, "from", from, "batches", total, "rounds", round+1)
-			}
-			return replayOK
-		case applied == 0:
-			f.met.replays.WithLabelValues(rs.r, "failed").Inc()
-			f.log.Warn("kv events replay", "rank", rs.rank, "from", want, "err", errNoNews)
-			return replayFailed
-		}
-		// A hole or a quiet end: ask again from the last batch applied.
-	}
-	f.met.replays.WithLabelValues(rs.r, "failed").Inc()
-	return replayFailed
+	m.rp = replayRound{from: from, accept: accept}
+	m.nextRound()
 }
 
-// replayResult is the outcome of replayFrom.
-type replayResult uint8
+func (m *rankMachine) nextRound() {
+	m.rp.want, m.rp.applied = m.rp.from, 0
+	if m.have {
+		m.rp.want = m.last + 1
+	}
+	m.io = actReplay
+	m.emit(action{kind: actReplay, seq: m.rp.want})
+}
 
-const (
-	replayOK        replayResult = iota // nothing missing up to the end of the engine's buffer
-	replayShort                         // the buffer no longer reaches back: nothing applied
-	replayFailed                        // no replay socket, or the exchange failed
-	replayRestarted                     // the reply comes from a restarted engine (lower sequences)
+// ReplayItem takes one batch of a replay round's answer, in order; a non-nil error ends the
+// round (the driver returns it from Replay's callback and hands it to ReplayDone).
+func (m *rankMachine) ReplayItem(seq uint64, payload []byte, now time.Time) ([]action, error) {
+	m.out, m.now = m.out[:0], now
+	want, next := m.rp.want, m.rp.want
+	if m.have {
+		next = m.last + 1
+	}
+	switch {
+	case seq < want:
+		// The ROUTER answers from the requested sequence on: an earlier one comes from a new
+		// publisher, i.e. the engine restarted.
+		return m.out, errRestarted
+	case m.have && seq < next:
+		return m.out, nil // already applied
+	case seq != next && m.rp.applied == 0 && m.rp.accept && m.acceptGap:
+		m.acceptGap = false
+		m.log(slog.LevelInfo, "kv events: the engine's replay buffer moved past the checkpoint; the restored mirror goes on from its first batch",
+			"after", m.last, "first", seq)
+	case seq != next && m.rp.applied == 0 && (m.rp.round == 0 || !m.have):
+		return m.out, errShort
+	case seq != next:
+		return m.out, errHole
+	}
+	m.applyBatch(seq, payload)
+	m.rp.applied++
+	return m.out, nil
+}
+
+// ReplayDone ends a replay round with what Replay returned: another round, or the operation's
+// continuation.
+func (m *rankMachine) ReplayDone(first uint64, complete bool, err error, now time.Time) []action {
+	m.out, m.now, m.io = m.out[:0], now, 0
+	m.rp.total += m.rp.applied
+	switch {
+	case isErr(err, errRestarted):
+		m.count(mReplays, "restarted", 1)
+		m.replayDone(replayRestarted)
+	case isErr(err, errShort):
+		m.count(mReplays, "short", 1)
+		m.log(slog.LevelInfo, "kv events replay does not reach back", "from", m.rp.want, "first", first)
+		m.replayDone(replayShort)
+	case err != nil && !isErr(err, errHole):
+		m.count(mReplays, "failed", 1)
+		m.log(slog.LevelWarn, "kv events replay failed", "from", m.rp.want, "err", err)
+		m.replayDone(replayFailed)
+	case err == nil && complete:
+		m.count(mReplays, "ok", 1)
+		if m.rp.total > 0 {
+			m.log(slog.LevelInfo, "kv events replayed", "from", m.rp.from, "batches", m.rp.total, "rounds", m.rp.round+1)
+		}
+		m.replayDone(replayOK)
+	case m.rp.applied == 0:
+		m.count(mReplays, "failed", 1)
+		m.log(slog.LevelWarn, "kv events replay", "from", m.rp.want, "err", errNoNews)
+		m.replayDone(replayFailed)
+	case m.rp.round+1 >= maxReplayRounds:
+		m.count(mReplays, "failed", 1)
+		m.replayDone(replayFailed)
+	default: // a hole or a quiet end: ask again from the last batch applied
+		m.rp.round++
+		m.nextRound()
+	}
+	return m.end()
+}
+
+// replayDone hands a replay's result to the operation that asked for it.
+func (m *rankMachine) replayDone(r replayResult) {
+	o := m.op
+	m.op = op{}
+	switch o.kind {
+	case opLiveGap:
+		m.liveGapDone(o, r)
+	case opBaseline:
+		m.baselineDone(o, r)
+	case opIdleZero:
+		m.idleZeroDone(r)
+	case opTailGap:
+		m.tailGapDone(o, r)
+	case opVerifyGap:
+		m.verifyGapDone(o, r)
+	}
+}
+
+func isErr(err, target error) bool { return errors.Is(err, target) }
+
+var (
+	// errStop ends a probe after its first batch.
+	errStop = errors.New("enough")
+	// errOtherEngine: a restored checkpoint's last batch, replayed, has other bytes.
+	errOtherEngine = errors.New("the replayed batch differs from the checkpoint's")
 )
 
 // Replay sends one replay request for batches from seq from to the ROUTER at endpoint and calls

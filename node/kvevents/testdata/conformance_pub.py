@@ -31,7 +31,8 @@ one JSON command per line on stdin and answers one JSON line per command on stdo
   {"op": "store_again", "hash": h}          → the same hash stored a second time
   {"op": "remove", "hashes": [...]}         → BlockRemoved (one event per hash, as vLLM evicts)
   {"op": "clear"}                           → AllBlocksCleared
-  {"op": "unknown"}                         → an event with an unknown tag, in a batch with others
+  {"op": "unknown"}                         → an event with an unknown tag naming a block, in a batch with others
+  {"op": "unknown_blockless"}               → an event with an unknown tag naming no block, in a batch with others
   {"op": "drop", "n": k}                    → the next k batches are buffered but not sent live
                                                (a PUB high-water-mark drop)
   {"op": "restart"}                         → a new publisher instance: seq back to 0, empty buffer
@@ -264,6 +265,9 @@ class Publisher:
                 out = {"seq": self.publish([{"type": tag} if self.args.layout == "map" else [tag]])}
             elif op == "unknown":
                 ev = {"type": "BlockInactive", "block_hashes": [1]} if self.args.layout == "map" else ["BlockInactive", [1]]
+                out = {"seq": self.publish([ev, self.block_removed([1 << 40])])}
+            elif op == "unknown_blockless":  # a kind naming no blocks (an engine's statistics, say)
+                ev = {"type": "KVCacheStats", "num_blocks": 3} if self.args.layout == "map" else ["KVCacheStats", 3]
                 out = {"seq": self.publish([ev, self.block_removed([1 << 40])])}
             elif op == "drop":
                 self.drop = c["n"]
