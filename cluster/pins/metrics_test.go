@@ -54,8 +54,14 @@ func TestMetrics(t *testing.T) {
 					t.Fatalf("voter series: %v", m)
 				}
 			case "prefixmesh_pins_write_seconds":
-				if len(mf.GetMetric()) != 2 { // outcome="ok" and outcome="error"
-					t.Fatalf("write histogram series: %v", mf.GetMetric())
+				// Every outcome exists from the start; the two writes made count one each under
+				// ok and error, none under unavailable.
+				counts := map[string]uint64{}
+				for _, m := range mf.GetMetric() {
+					counts[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
+				}
+				if len(counts) != 3 || counts["ok"] != 1 || counts["error"] != 1 || counts["unavailable"] != 0 {
+					t.Fatalf("write histogram counts by outcome: %v", counts)
 				}
 			}
 		}
