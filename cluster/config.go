@@ -43,8 +43,8 @@ type Config struct {
 	// PublishInterval is how often a node polls its journal: the floor of insert-to-router delay,
 	// while at 20 ms an idle node sends nothing and a busy one at most 50 packets/s per router.
 	PublishInterval time.Duration
-	// LoadInterval is how often a node checks its load and sends it if it changed (the design's
-	// 200 ms freshness bound).
+	// LoadInterval is how often a node checks its load and sends it if it changed (routers read load
+	// at most 200 ms old while it changes: docs/architecture.md).
 	LoadInterval time.Duration
 	// HeartbeatInterval is how often a node sends its state even if nothing changed, so that a
 	// router that lost the last delta of a quiet node notices within about a second.

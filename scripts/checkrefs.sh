@@ -2,11 +2,14 @@
 # checkrefs.sh fails, listing the lines, when a tracked file refers a reader to something outside
 # the repository: a design brief or style guide that is not in it (a DESIGN.md that does not
 # resolve to a file in the repository, STYLE.md, "spec §N", spec/*.md, a section sign "§N"), a
-# path into ../shared, or an issue tracker the reader does not have ("issue 15", "issues #692").
+# path into ../shared, an issue tracker the reader does not have ("issue 15", "issues #692",
+# "issue-11", "the issue's", a tracker id such as "SG-38945" or "PM-12"), or the brief itself
+# ("the design's").
 #
 # Allowed: a DESIGN.md that exists (local/DESIGN.md from anywhere, or DESIGN.md beside the file
 # that names it), section signs after a public standard ("RFC 9110 §7.6.1", "WHATWG HTML §9.2"),
-# and upstream trackers named by repository ("vllm-project/vllm#1234", "PR #2114"). Files under
+# and upstream trackers named by repository ("vllm-project/vllm#1234", "PR #2114"); the
+# dash-numbered names of standards and formats (UTF-8, SHA-256, IEEE-754, ...). Files under
 # data/ and this script are not checked.
 #
 # Usage: scripts/checkrefs.sh   (exit 0: clean; 1: references listed on stderr)
@@ -17,7 +20,7 @@ cd "$repo"
 self="scripts/checkrefs.sh"
 
 # Candidate lines (text files only); the awk below decides.
-candidates="$(git grep -nIE 'DESIGN\.md|STYLE\.md|§|[Ii]ssues? #?[0-9]|\.\./shared|/work/shared|(^|[^[:alnum:]_./-])spec/[[:alnum:]_.-]+\.md' \
+candidates="$(git grep -nIE 'DESIGN\.md|STYLE\.md|§|[Ii]ssues?[ _-]?#?[0-9]|[Tt]h(e|is) issue|[Dd]esign.s|[A-Z][A-Z0-9]+-[0-9]+|\.\./shared|/work/shared|(^|[^[:alnum:]_./-])spec/[[:alnum:]_.-]+\.md' \
 	-- . ':(exclude)data' ":(exclude)$self" || true)"
 
 bad="$(
@@ -54,11 +57,16 @@ bad="$(
 		t = text
 		# Public standards and upstream trackers named by repository are citations, not briefs.
 		gsub(/(RFC ?[0-9]+|WHATWG HTML|ECMA-?[0-9]+|ISO\/IEC [0-9]+) ?§ ?[0-9][0-9.]*/, "", t)
+		# Standards and formats named with a dash and a number are not tracker ids.
+		gsub(/(UTF|UCS|SHA|CRC|FNV|GPT|IEEE|ISO|ECMA|RFC|TLS|HTTP|AES|GCM|X|P|E|ED|MD|BF|FP|INT|UINT)-[0-9]+/, "", t)
 		why = ""
 		if (t ~ /STYLE\.md/) why = "STYLE.md is not in the repository"
 		else if (t ~ /spec §/) why = "\"spec §N\" cites a brief outside the repository"
 		else if (t ~ /§ ?[0-9]/) why = "a section sign cites a document outside the repository"
-		else if (t ~ /[Ii]ssues? #?[0-9]/) why = "an issue number from a tracker the reader lacks"
+		else if (t ~ /[Ii]ssues?[ _-]?#?[0-9]/) why = "an issue number from a tracker the reader lacks"
+		else if (t ~ /[Tt]h(e|is) issue([^[:alnum:]]|$)/) why = "\"the issue\" points at a tracker the reader lacks"
+		else if (t ~ /[Dd]esign.s([^[:alnum:]]|$)/) why = "\"the design'"'"'s\" cites a brief outside the repository"
+		else if (t ~ /(^|[^[:alnum:]_\/.-])[A-Z][A-Z0-9]+-[0-9]+([^[:alnum:]]|$)/) why = "a tracker id the reader cannot look up"
 		else if (t ~ /\.\.\/shared|\/work\/shared/) why = "a path outside the repository"
 		else {
 			s = t

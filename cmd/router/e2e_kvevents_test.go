@@ -17,14 +17,14 @@ import (
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 )
 
-// TestEstimateEqualsCachedTokensOverKVEvents is the issue-11 end-to-end check on the production
+// TestEstimateEqualsCachedTokensOverKVEvents is the end-to-end check of the estimate on the production
 // path: the HTTP front door over 4 node agents in --engine vllm mode, each mirroring a simulated
 // engine that publishes its cache changes as vLLM KV events. The Mooncake trace's reuse-dense
 // tail (long shared prefixes, eviction pressure) is replayed
 //
 //   - one request at a time, each sent once the previous one's cache changes have propagated (for
 //     the prompt, every engine's own peek, its agent's mirror and the router's index agree; the
-//     design's "estimate equals the node's peek, up to propagation delay"): the router's
+//     promise that the estimate equals the node's peek, up to propagation delay): the router's
 //     estimate must equal the engine's cached_tokens for every request;
 //   - from 8 concurrent clients with no waiting: at least 95% must (a request can be estimated
 //     before the blocks another is prefilling reach the router).

@@ -123,7 +123,7 @@ func TestNestedPromptIsLinear(t *testing.T) {
 }
 
 // The whole request path (the scanner over the body, the prompt parsed in place) stays linear on
-// the hostile body of the issue: doubling the nesting at most doubles the time, with a generous
+// a hostile body of nested one-element arrays: doubling the nesting at most doubles the time, with a generous
 // factor of 6 for a loaded machine (quadratic work would take 4× per doubling, and the old parser
 // took 8 s at depth 9,999). Minimum of several runs, so one descheduling does not fail it.
 func TestNestedRequestTimeLinear(t *testing.T) {

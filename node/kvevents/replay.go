@@ -16,7 +16,7 @@ import (
 var errReplayEnd = errors.New("replay end")
 
 // Replay rounds. The engine's ROUTER drops replies beyond its high-water mark without a word
-// (reported for SGLang, SG-38945), so a long replay can arrive with holes and without its end
+// (reported for SGLang in sgl-project/sglang#38945), so a long replay can arrive with holes and without its end
 // marker: the follower keeps the consecutive part, asks again from there, and treats a reply
 // stream that goes quiet for replayQuiet as ended.
 const (

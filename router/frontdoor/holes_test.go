@@ -242,7 +242,7 @@ func counterWith(t *testing.T, f *fleet, name string, want map[string]string) fl
 	return 0
 }
 
-// The hostile body, 9,999 nested one-element arrays as the prompt, is refused at the third
+// A hostile body, 9,999 nested one-element arrays as the prompt, is refused at the third
 // level (400 naming prompt[0]), both by the front door and by the engine behind it; the parser's
 // linearity itself is checked by internal/openai's step-counting fuzz target.
 func TestNestedPromptRefused(t *testing.T) {
