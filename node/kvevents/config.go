@@ -47,8 +47,9 @@ type Config struct {
 	// restarted (its sequence went back, its replay buffer started over, or EngineRestarted):
 	// the node agent moves to a new epoch, so routers drop the old cache at once. OnComplete,
 	// when set, is called whenever a rank's completeness (Follower.Complete, the
-	// prefixmesh_kvevents_mirror_complete gauge) changes: the node agent flags the node cold
-	// while any rank is incomplete. Both run on the rank's applier goroutine (ranks
+	// prefixmesh_kvevents_mirror_complete gauge) or coldness changes: the node agent reads
+	// Follower.Cold again and gossips it. An incomplete (partial) rank is a lower bound and still
+	// credited; only a cold one keeps routers from crediting the node. Both run on the rank's applier goroutine (ranks
 	// concurrently), the mirror already changed, and must not block.
 	OnRestart  func(rank int)
 	OnComplete func(rank int, complete bool)

@@ -256,7 +256,7 @@ func TestFollowerHooks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A late start without replay is cold; the first clear makes it complete. Until the
+	// A late start without replay is partial (a lower bound); the first clear makes it complete. Until the
 	// subscription takes, batches are lost: send until one lands.
 	var seq uint64 = 10
 	deadline := time.Now().Add(20 * time.Second)
@@ -269,10 +269,10 @@ func TestFollowerHooks(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	waitFor(t, "complete after a clear", f.Complete)
-	// A gap that cannot be replayed: cold until the next clear.
+	// A gap that cannot be replayed: partial (rebuilt from here, a lower bound) until the next clear.
 	seq += 5
 	send(seq, []Event{{Kind: KindStored, Hashes: []uint64{8}, Tokens: b, BlockSize: bs}})
-	waitFor(t, "cold after a gap", func() bool { return !f.Complete() && m.PeekMatchedTokens(b, bs, 0) == 4 })
+	waitFor(t, "partial after a gap", func() bool { return !f.Complete() && m.PeekMatchedTokens(b, bs, 0) == 4 })
 	seq++
 	send(seq, []Event{{Kind: KindCleared}})
 	waitFor(t, "complete after the clear", f.Complete)
