@@ -52,6 +52,7 @@ type attempt struct {
 	// span is the attempt's upstream span and firstByte the span under it that ends at the
 	// first byte or token (trace.go); nopSpan when tracing is off.
 	span, firstByte trace.Span
+	ended           bool // end ran: a second call does nothing
 }
 
 func (s *Server) newAttempt(parent context.Context) *attempt {
@@ -80,7 +81,13 @@ func (a *attempt) cause() error {
 }
 
 // end releases the attempt's timers and context, and ends its spans (if not ended already).
+// Only the first call does anything, so a path that may or may not have ended the attempt can
+// end it again safely. Called by the request's goroutine only.
 func (a *attempt) end() {
+	if a.ended {
+		return
+	}
+	a.ended = true
 	for _, stop := range a.stops {
 		stop()
 	}

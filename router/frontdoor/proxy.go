@@ -357,8 +357,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			continue
 		}
 		s.health.ReportSuccess(pk.NodeID)
-		s.respond(w, resp, first, *bp, pk, at, start, lg)
-		at.end()
+		s.respond(w, resp, first, *bp, pk, at, start, lg) // ends at
 		return
 	}
 	s.writeFailure(w, last)
@@ -409,8 +408,11 @@ func (s *Server) send(ctx context.Context, pk Pick, path string, body *reqBody, 
 
 // respond relays an upstream answer (any status below 500 but 429) to the client and records
 // the outcome. A stream that goes quiet for StreamIdleTimeout is cut; a stream cut by the
-// engine, a deadline or the drain ends with an SSE error event and a WARN line.
+// engine, a deadline or the drain ends with an SSE error event and a WARN line. It ends the
+// attempt, deferred: a plain body cut after it began leaves by the abort panic, and an attempt
+// not ended keeps its hook on the server's stop context (and its timers) until shutdown.
 func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf []byte, pk Pick, at *attempt, start time.Time, lg *reqLog) {
+	defer at.end()
 	// The engine's Content-Type, not the request's stream flag, decides how to relay: an engine
 	// may answer an error as JSON to a streaming request.
 	defer resp.Body.Close()
