@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
@@ -21,9 +22,9 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// MaxPromptTokens bounds a routed prompt: 1 Mi tokens is beyond every model's context, and
-// hashing it takes about a millisecond.
-const MaxPromptTokens = 1 << 20
+// MaxPromptTokens bounds a routed prompt: the one prompt token cap of every door
+// (internal/openai.MaxPromptTokens, where it is explained).
+const MaxPromptTokens = openai.MaxPromptTokens
 
 // MaxTextBytes bounds a text prompt before tokenising (about 4 bytes per token).
 const MaxTextBytes = 4 * MaxPromptTokens
@@ -134,11 +135,12 @@ func (s *Server) Route(ctx context.Context, req *pb.RouteRequest) (*pb.RouteResp
 
 func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time) (*pb.RouteResponse, error) {
 	tokens := req.GetTokens()
+	capErr := openai.CheckPromptTokens(len(tokens))
 	switch {
 	case len(tokens) > 0 && req.GetText() != "":
 		return nil, status.Error(codes.InvalidArgument, "route: give tokens or text, not both")
-	case len(tokens) > MaxPromptTokens:
-		return nil, status.Errorf(codes.InvalidArgument, "route: tokens: %d tokens (max %d)", len(tokens), MaxPromptTokens)
+	case capErr != nil:
+		return nil, status.Errorf(codes.InvalidArgument, "route: tokens: %v", capErr)
 	case len(tokens) == 0 && req.GetText() == "":
 		return nil, status.Error(codes.InvalidArgument, "route: tokens or text is required")
 	case len(tokens) == 0:
@@ -154,6 +156,11 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		tokenized(tspan, len(tokens), err)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "route: tokenize the text: %v", err)
+		}
+		// Text under MaxTextBytes may still tokenise to more than the cap (a token per byte
+		// in the worst case): the same check as the ids'.
+		if err := openai.CheckPromptTokens(len(tokens)); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "route: text: %v", err)
 		}
 	}
 	sc, _ := s.pool.Get().(*scratch)

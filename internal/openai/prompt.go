@@ -3,8 +3,10 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/bits"
+	"net/http"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -14,6 +16,36 @@ import (
 // sequences one engine runs at once, so a bigger batch could not run in one step anywhere and is
 // more likely an attack than a workload (each prompt becomes its own routed request).
 const MaxBatchPrompts = 256
+
+// MaxPromptTokens caps one prompt at 1 Mi tokens, at every door (the HTTP front door and the
+// endpoint picker answer 413, Router.Route InvalidArgument): beyond the context window of every
+// model served today, so no engine would run a longer prompt, while each token costs the router
+// parsing, hashing and estimating (an 8 MiB body holds 4M one-digit ids: ~0.2 s of router CPU).
+// The parser stops at the first id past it; tokenised text is held to it by CheckPromptTokens.
+const MaxPromptTokens = 1 << 20
+
+// CodePromptTooLong is the code of a prompt over MaxPromptTokens (413).
+const CodePromptTooLong = "prompt_too_long"
+
+// CheckPromptTokens is the prompt token cap: nil for a prompt of n tokens within
+// MaxPromptTokens, else the 413 every door answers (Router.Route maps it to InvalidArgument).
+func CheckPromptTokens(n int) error {
+	if n <= MaxPromptTokens {
+		return nil
+	}
+	return promptTooLong("prompt", n)
+}
+
+// promptTooLong is the 413 of a prompt over MaxPromptTokens; n < 0 when the parser stopped
+// counting at the first id past the cap.
+func promptTooLong(param string, n int) error {
+	count := "more than " + strconv.Itoa(MaxPromptTokens)
+	if n >= 0 {
+		count = strconv.Itoa(n)
+	}
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePromptTooLong, Param: param,
+		Message: fmt.Sprintf("%s has %s tokens; a prompt may have at most %d", param, count, MaxPromptTokens)}
+}
 
 // maxIDValue is the largest token id: ids travel as uint32 everywhere (hashing, the KV cache,
 // the wire), and no vocabulary comes near it.
@@ -124,11 +156,7 @@ func (p *promptParser) array(out *Prompt) error {
 	}
 	// Token ids: the commas before the array's ']' bound their number, so the slice is
 	// allocated once.
-	rest := p.b[p.pos:]
-	if end := bytes.IndexByte(rest, ']'); end >= 0 {
-		rest = rest[:end]
-	}
-	ids := newIDs(1 + bytes.Count(rest, []byte{','}))
+	ids := newIDs(idsHint(p.b[p.pos:]))
 	ids, err := p.ids(ids, "prompt")
 	if err != nil {
 		ReleaseIDs(ids)
@@ -136,6 +164,28 @@ func (p *promptParser) array(out *Prompt) error {
 	}
 	out.Items = []PromptItem{{IDs: ids, Start: start, End: p.pos}}
 	return nil
+}
+
+// idsHintChunk is how much of an id array idsHint counts commas in at a time: large enough for
+// bytes.Count's vector loop to run at full speed, small enough that an oversized array is
+// scanned barely past the cap.
+const idsHintChunk = 64 << 10
+
+// idsHint is how many ids the id array at rest holds by its commas (those before its ']'),
+// counted a chunk at a time and no further than one past MaxPromptTokens: an oversized array
+// is not scanned to its end here, nor parsed to its end (ids stops at the cap too).
+func idsHint(rest []byte) int {
+	n := 1
+	for len(rest) > 0 && n <= MaxPromptTokens {
+		chunk := rest[:min(len(rest), idsHintChunk)]
+		if end := bytes.IndexByte(chunk, ']'); end >= 0 {
+			n += bytes.Count(chunk[:end], []byte{','})
+			break
+		}
+		n += bytes.Count(chunk, []byte{','})
+		rest = rest[len(chunk):]
+	}
+	return min(n, MaxPromptTokens+1)
 }
 
 // batch parses the elements of a batch: all strings or all arrays of token ids.
@@ -189,18 +239,35 @@ func (p *promptParser) batch(out *Prompt) error {
 	}
 }
 
-// ids parses token ids after an array's '[' (at least one, whitespace skipped) through its ']'.
+// ids parses token ids after an array's '[' (at least one, whitespace skipped) through its ']',
+// and stops with a 413 at the first id past MaxPromptTokens (ids are returned then, for
+// ReleaseIDs).
 func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
+	base := len(ids)
+	ids, err := p.idsUpTo(ids, param)
+	if err == nil && len(ids)-base > MaxPromptTokens {
+		err = promptTooLong(param, -1)
+	}
+	return ids, err
+}
+
+// idsUpTo is ids without the final check: it stops at the first id past the cap, and ids tells
+// that from a complete array.
+func (p *promptParser) idsUpTo(ids []uint32, param string) ([]uint32, error) {
+	limit := len(ids) + MaxPromptTokens
 	for i := 0; ; i++ {
+		if len(ids) > limit {
+			return ids, nil
+		}
 		// Fastest path, the common case: ids of up to 7 plain digits, each directly followed by
 		// ',' (or Python's ", ") or ']', read 8 bytes at a time (swarDigits), the parser's
 		// position in locals until the run ends, the separator read from the same word.
 		start, base := p.pos, len(ids)-i
 		var j int
 		var end bool
-		ids, j, end = plainIDs(p.b, p.pos, ids)
+		ids, j, end = plainIDs(p.b, p.pos, ids, limit)
 		p.pos, p.steps, i = j, p.steps+j-start, len(ids)-base // a step per byte, as below
-		if end {
+		if end || len(ids) > limit {
 			return ids, nil
 		}
 		// Fast path: plain digits directly followed by ',' or ']'.
@@ -258,9 +325,10 @@ func (p *promptParser) ids(ids []uint32, param string) ([]uint32, error) {
 // plainIDs appends the ids at b[j:] while they are plain (up to 7 digits, not led by 0, each
 // directly followed by ',' or ']', or by Python's ", "), read 8 bytes at a time (swarDigits' steps) with
 // the separator taken from the same word, and returns where it stopped and whether that is after
-// the array's ']'. A function of its own, so that its few variables stay in registers.
-func plainIDs(b []byte, j int, ids []uint32) ([]uint32, int, bool) {
-	for j >= 0 && j+8 <= len(b) {
+// the array's ']', stopping once ids holds more than limit. A function of its own, so that its
+// few variables stay in registers.
+func plainIDs(b []byte, j int, ids []uint32, limit int) ([]uint32, int, bool) {
+	for j >= 0 && j+8 <= len(b) && len(ids) <= limit {
 		w := load64(b, j)
 		if c := byte(w); c < '1' || c > '9' {
 			if c == ' ' && j > 0 && b[j-1] == ',' { // Python's ", "
@@ -497,7 +565,7 @@ func ParseIDs(raw []byte, param string) ([]uint32, error) {
 	if p.at(']') {
 		return nil, invalidParam(param, "%s is empty", param)
 	}
-	ids, err := p.ids(make([]uint32, 0, 1+bytes.Count(raw, []byte{','})), param)
+	ids, err := p.ids(make([]uint32, 0, idsHint(raw[p.pos:])), param)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
 
@@ -200,6 +201,13 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 		Exclude: exclude, Alternates: st.s.cfg.Fallbacks})
 	if err != nil {
 		st.spanError(err.Error())
+		var oe *openai.Error
+		if errors.As(err, &oe) {
+			// Refused for its content (a prompt over the prompt token cap, 413): answered as
+			// the front door answers it, and counted with the bodies over the byte cap.
+			st.s.met.streamErrors.WithLabelValues("too_large").Inc()
+			return true, st.send(immediate(typev3.StatusCode(oe.Status), oe.Code, oe.Message))
+		}
 		if errors.Is(err, frontdoor.ErrOverloaded) {
 			st.s.met.decisions.WithLabelValues("overloaded").Inc()
 			return true, st.send(immediate(typev3.StatusCode_TooManyRequests, "router_overloaded",

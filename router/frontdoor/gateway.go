@@ -63,9 +63,10 @@ var errServedElsewhere = errors.New("frontdoor: the gateway served the request o
 
 // PickForGateway decides where a gateway should send r. It returns ErrOverloaded when every
 // candidate is at its load bound and an error wrapping ErrNoNodes when no node can serve; it
-// never fails for the body's content: a request it cannot read as an OpenAI generation request
-// (or whose prompt it cannot tokenise exactly) is routed by load alone, and the engine answers
-// it as it would anyway.
+// fails for the body's content only when the prompt is over the prompt token cap
+// (internal/openai.MaxPromptTokens: a 413 *openai.Error, as every door refuses it): any other
+// request it cannot read as an OpenAI generation request (or whose prompt it cannot tokenise
+// exactly) is routed by load alone, and the engine answers it as it would anyway.
 func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*GatewayPick, error) {
 	start := time.Now()
 	preq := PickRequest{Alternates: r.Alternates}
@@ -77,7 +78,11 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 		if h == nil {
 			h = http.Header{}
 		}
-		if g, err := parseGen(r.Body, chat, h); err == nil {
+		g, err := parseGen(r.Body, chat, h)
+		if isTooLong(err) {
+			return nil, err
+		}
+		if err == nil {
 			if g.tokens != nil {
 				// Read only until Pick returns (it does not keep them).
 				defer openai.ReleaseIDs(g.tokens)
@@ -91,8 +96,11 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 					// A batch goes to one node as it is (the gateway cannot split it):
 					// by load, within its model.
 					tctx, tspan := s.tokenizeSpan(ctx, g)
-					toks, terr := s.tok.tokens(tctx, g, base)
+					toks, terr := s.promptTokens(tctx, g, base)
 					tokenized(tspan, len(toks), terr)
+					if isTooLong(terr) {
+						return nil, terr
+					}
 					if terr == nil && toks != nil {
 						preq.Tokens, prompt = toks, len(toks)
 					}

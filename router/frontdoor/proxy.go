@@ -116,6 +116,7 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		g, err := parseGen(body, chat, r.Header)
 		if err != nil {
 			spanError(adm, "invalid request")
+			s.countTooLong(err)
 			s.writeErr(w, err, &lg)
 			return
 		}
@@ -144,12 +145,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 		return
 	}
 	tctx, tspan := s.tokenizeSpan(r.Context(), g)
-	toks, err := s.tok.tokens(tctx, g, base)
+	toks, err := s.promptTokens(tctx, g, base)
 	tokenized(tspan, len(toks), err)
 	if err != nil {
 		lg.err = err.Error()
 		var he *httpError
 		if errors.As(err, &he) {
+			s.countTooLong(err)
 			s.writeErr(w, err, lg)
 		} else if errors.Is(err, ErrNoNodes) {
 			writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can tokenise the prompt")
@@ -161,6 +163,36 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 	lg.promptTokens = len(toks)
 	preq := &PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.session}
 	s.proxy(w, r, path, body, preq, g.stream, start, lg)
+}
+
+// promptTokens is the prompt's token ids (tokenised, or the request's own ids) under the
+// prompt token cap: the parser holds id arrays to it as it reads them, and tokenised text and
+// chat are held to it here, by the same check (internal/openai.CheckPromptTokens).
+func (s *Server) promptTokens(ctx context.Context, g *genRequest, base string) ([]uint32, error) {
+	toks, err := s.tok.tokens(ctx, g, base)
+	if err == nil {
+		if err = openai.CheckPromptTokens(len(toks)); err != nil {
+			toks = nil
+		}
+	}
+	return toks, err
+}
+
+// isTooLong reports whether err is a refusal for size (413): a prompt over the token cap.
+func isTooLong(err error) bool {
+	if err == nil {
+		return false // before errors.As, whose target would escape: no allocation on the way through
+	}
+	var he *httpError
+	return errors.As(err, &he) && he.Status == http.StatusRequestEntityTooLarge
+}
+
+// countTooLong counts a request refused for its prompt's size under rejected_total's too_large,
+// with the bodies over the byte cap.
+func (s *Server) countTooLong(err error) {
+	if isTooLong(err) {
+		s.met.rejected.WithLabelValues("too_large").Inc()
+	}
 }
 
 // readGenBody is readBodyTimed into a pooled buffer (body.go); the caller releases it.
