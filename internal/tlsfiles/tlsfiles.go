@@ -1,5 +1,5 @@
 // Package tlsfiles builds *tls.Config values from PEM files, the one place every daemon's TLS
-// flags (--tls-*, --http-tls-*, --upstream-tls-*) are turned into configurations: a server
+// flags (--tls-*, --http-tls-*, --metrics-tls-*, --ext-proc-tls-*, --upstream-tls-*) are turned into configurations: a server
 // configuration (mTLS when a client CA is given) and a client configuration (optional client
 // certificate, optional CA replacing the system roots). TLS 1.2 is the floor: current clients
 // speak 1.3, and 1.2 is what older proxies in front of routers still use.
@@ -26,13 +26,23 @@ func Server(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	}
 	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if clientCAFile != "" {
-		pool, err := loadPool(clientCAFile)
-		if err != nil {
+		if err := RequireClientCerts(c, clientCAFile); err != nil {
 			return nil, err
 		}
-		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return c, nil
+}
+
+// RequireClientCerts makes the server configuration c refuse every client that does not present
+// a certificate signed by a CA in clientCAFile (mTLS). It is Server's client-CA half, for servers
+// whose certificate does not come from files (the endpoint picker's self-signed one).
+func RequireClientCerts(c *tls.Config, clientCAFile string) error {
+	pool, err := loadPool(clientCAFile)
+	if err != nil {
+		return err
+	}
+	c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	return nil
 }
 
 // Client builds a client configuration: caFile (optional, else the system roots) verifies the
