@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
+	"github.com/prefixmesh/prefixmesh/internal/exposure"
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
@@ -25,21 +26,40 @@ import (
 type ServeConfig struct {
 	// GRPCListen serves Router, Pins (whose writes change every router's placement),
 	// grpc.health.v1 and reflection. Default 127.0.0.1:7080 (7080 sits beside the node agent's
-	// 7070): without --tls-cert a non-loopback address is refused unless InsecureGRPC is set,
-	// as gossip is refused without a key.
+	// 7070). Every listener follows internal/exposure's rule (listeners): off loopback, no
+	// plaintext without its --insecure-* flag, no TLS without a client CA unless its
+	// no-client-auth flag says so.
 	GRPCListen string
 	// InsecureGRPC allows plaintext gRPC on a non-loopback address (never in production): the
 	// router then warns at start and on /healthz, and sets prefixmesh_router_grpc_plaintext.
 	InsecureGRPC bool
+	// InsecureRaft allows the Raft transport in plaintext on a non-loopback --raft-listen (never
+	// in production: anyone reaching it could forge pin-store log entries).
+	InsecureRaft bool
+	// TLSNoClientAuth allows --tls-cert without --tls-client-ca on a non-loopback gRPC or Raft
+	// address: servers authenticated, clients not (anyone reaching the port may write pins).
+	TLSNoClientAuth bool
 	// MetricsListen, when set, serves /metrics on its own listener (and not on HTTPListen), so
 	// that a NetworkPolicy can open the OpenAI port to clients and the metrics port only to
-	// Prometheus. Default "": /metrics beside the front door.
+	// Prometheus. Default "": /metrics beside the front door, under the front door's protection.
 	MetricsListen string
+	// MetricsTLSCert and MetricsTLSKey serve --metrics-listen over HTTPS; MetricsTLSClientCA
+	// also requires Prometheus's client certificate. InsecureMetrics allows plaintext off
+	// loopback and MetricsTLSNoClientAuth TLS without client certificates: metrics change
+	// nothing, but they show every node's load and cache figures.
+	MetricsTLSCert, MetricsTLSKey, MetricsTLSClientCA string
+	InsecureMetrics, MetricsTLSNoClientAuth           bool
 	// GRPCAdvertise is the gRPC address put in gossip metadata; default: the bound address.
 	GRPCAdvertise string
 	// HTTPListen serves the OpenAI-compatible front door, /metrics and /healthz. Default
-	// 0.0.0.0:8081 (8080 is the node's engine).
+	// 127.0.0.1:8081 (8080 is the node's engine): loopback, like every other default, so that a
+	// bare start opens nothing to the network; off loopback the rule asks for --http-tls-* or
+	// --insecure-http.
 	HTTPListen string
+	// InsecureHTTP allows the front door in plaintext on a non-loopback address: the usual
+	// setting behind an ingress or gateway that terminates TLS and authenticates users on the
+	// cluster network (the chart passes it), never on a network clients share with strangers.
+	InsecureHTTP bool
 	// ExtProc configures the inference gateway endpoint picker (serve_extproc.go).
 	ExtProc ExtProcConfig
 	// NodeID names this router in gossip and Raft. Default: the hostname (the pod name under
@@ -93,6 +113,11 @@ type ServeConfig struct {
 	// client certificates. Separate from --tls-*: OpenAI clients and Prometheus are outside the
 	// cluster's mTLS.
 	HTTPTLSCert, HTTPTLSKey, HTTPTLSClientCA string
+	// HTTPTLSNoClientAuth allows HTTPS without client certificates on a non-loopback front door:
+	// OpenAI SDKs rarely carry client certificates, and user authentication belongs to the
+	// gateway in front (SECURITY.md), so this is the front door's common production setting;
+	// it stays an explicit flag so that the choice is visible.
+	HTTPTLSNoClientAuth bool
 	// UpstreamTLSCA verifies https:// engines (default: the system roots); UpstreamTLSCert and
 	// UpstreamTLSKey are the router's client certificate toward engines that require mTLS.
 	UpstreamTLSCA, UpstreamTLSCert, UpstreamTLSKey string
@@ -142,7 +167,7 @@ func DefaultServeConfig() ServeConfig {
 	}
 	return ServeConfig{
 		GRPCListen:          "127.0.0.1:7080",
-		HTTPListen:          "0.0.0.0:8081",
+		HTTPListen:          "127.0.0.1:8081",
 		NodeID:              host,
 		Policy:              routing.PolicyPrefixMesh,
 		LoadFactor:          routing.DefaultPolicyConfig().LoadFactor,
@@ -189,16 +214,44 @@ func (c ServeConfig) plaintextGRPC() bool {
 }
 
 // isLoopbackListen reports whether a host:port listen address binds only loopback.
-func isLoopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
+func isLoopbackListen(addr string) bool { return exposure.IsLoopback(addr) }
+
+// listeners are the router's TCP listeners as internal/exposure's rule sees them, in the order
+// they are logged. Gossip is not among them: its key (--gossip-key-file) is its own rule.
+func (c ServeConfig) listeners() []exposure.Listener {
+	cluster := func(name, flag, addr, insecureFlag string, insecure bool, exposes string) exposure.Listener {
+		return exposure.Listener{Name: name, ListenFlag: flag, Addr: addr,
+			Cert: c.TLSCert != "", CertFlag: "--tls-cert", ClientCA: c.TLSClientCA != "", ClientCAFlag: "--tls-client-ca",
+			Insecure: insecure, InsecureFlag: insecureFlag, NoClientAuth: c.TLSNoClientAuth, NoClientAuthFlag: "--tls-no-client-auth",
+			Exposes: exposes}
 	}
-	if host == "localhost" {
-		return true
+	ls := []exposure.Listener{cluster("gRPC (Router, Pins)", "--grpc-listen", c.GRPCListen, "--insecure-grpc", c.InsecureGRPC,
+		"write pins, which steer every router's placement, and reach the Raft leader")}
+	if c.raftEnabled() {
+		ls = append(ls, cluster("Raft (pin store)", "--raft-listen", c.RaftListen, "--insecure-raft", c.InsecureRaft,
+			"forge pin-store log entries or take part in elections"))
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	front := "send completions through the fleet and read prompts and answers in transit"
+	if c.MetricsListen == "" {
+		front += ", and read /metrics"
+	}
+	ls = append(ls, exposure.Listener{Name: "HTTP front door", ListenFlag: "--http-listen", Addr: c.HTTPListen,
+		Cert: c.HTTPTLSCert != "", CertFlag: "--http-tls-cert", ClientCA: c.HTTPTLSClientCA != "", ClientCAFlag: "--http-tls-client-ca",
+		Insecure: c.InsecureHTTP, InsecureFlag: "--insecure-http", NoClientAuth: c.HTTPTLSNoClientAuth, NoClientAuthFlag: "--http-tls-no-client-auth",
+		Exposes: front})
+	if c.MetricsListen != "" {
+		ls = append(ls, exposure.Listener{Name: "metrics", ListenFlag: "--metrics-listen", Addr: c.MetricsListen,
+			Cert: c.MetricsTLSCert != "", CertFlag: "--metrics-tls-cert", ClientCA: c.MetricsTLSClientCA != "", ClientCAFlag: "--metrics-tls-client-ca",
+			Insecure: c.InsecureMetrics, InsecureFlag: "--insecure-metrics", NoClientAuth: c.MetricsTLSNoClientAuth, NoClientAuthFlag: "--metrics-tls-no-client-auth",
+			Exposes: "read every node's load and cache figures"})
+	}
+	if e := c.ExtProc; e.Listen != "" {
+		ls = append(ls, exposure.Listener{Name: "endpoint picker (ext_proc)", ListenFlag: "--ext-proc-listen", Addr: e.Listen,
+			Cert: e.TLSCert != "" || e.SelfSigned, CertFlag: "--ext-proc-tls-cert", ClientCA: e.TLSClientCA != "", ClientCAFlag: "--ext-proc-tls-client-ca",
+			Insecure: e.Insecure, InsecureFlag: "--insecure-ext-proc", NoClientAuth: e.NoClientAuth, NoClientAuthFlag: "--ext-proc-tls-no-client-auth",
+			Exposes: "choose the engine of every request the gateway asks about and read its prompt"})
+	}
+	return ls
 }
 
 // raftEnabled reports whether this router runs a pin-store member.
@@ -230,8 +283,12 @@ func (c ServeConfig) Validate() error {
 	if c.MetricsListen != "" && !strings.Contains(c.MetricsListen, ":") {
 		return bad("--metrics-listen %q: want host:port", c.MetricsListen)
 	}
-	if c.plaintextGRPC() && !c.InsecureGRPC {
-		return bad("--grpc-listen %s without --tls-cert would serve pin writes and Raft proposals in plaintext to the network: set --tls-cert/--tls-key, listen on loopback, or pass --insecure-grpc", c.GRPCListen)
+	if c.MetricsListen == "" && (c.MetricsTLSCert != "" || c.InsecureMetrics || c.MetricsTLSNoClientAuth) {
+		// /metrics beside the front door is the front door's listener, under --http-tls-*.
+		return bad("--metrics-tls-*, --insecure-metrics: need --metrics-listen (without it /metrics is served on --http-listen, under its flags)")
+	}
+	if _, err := exposure.CheckAll(c.listeners()); err != nil {
+		return bad("%v", err)
 	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
@@ -319,6 +376,7 @@ func (c ServeConfig) validateTLS() error {
 	pairs := []struct{ cert, key, ca, name string }{
 		{c.TLSCert, c.TLSKey, c.TLSClientCA, "--tls"},
 		{c.HTTPTLSCert, c.HTTPTLSKey, c.HTTPTLSClientCA, "--http-tls"},
+		{c.MetricsTLSCert, c.MetricsTLSKey, c.MetricsTLSClientCA, "--metrics-tls"},
 	}
 	for _, p := range pairs {
 		if (p.cert == "") != (p.key == "") {
@@ -334,6 +392,7 @@ func (c ServeConfig) validateTLS() error {
 	for _, f := range []struct{ flag, path string }{
 		{"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey}, {"--tls-client-ca", c.TLSClientCA},
 		{"--http-tls-cert", c.HTTPTLSCert}, {"--http-tls-key", c.HTTPTLSKey}, {"--http-tls-client-ca", c.HTTPTLSClientCA},
+		{"--metrics-tls-cert", c.MetricsTLSCert}, {"--metrics-tls-key", c.MetricsTLSKey}, {"--metrics-tls-client-ca", c.MetricsTLSClientCA},
 		{"--upstream-tls-ca", c.UpstreamTLSCA}, {"--upstream-tls-cert", c.UpstreamTLSCert}, {"--upstream-tls-key", c.UpstreamTLSKey},
 	} {
 		if f.path == "" {
@@ -360,7 +419,15 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", cfg.GRPCAdvertise, "gRPC `host:port` announced in gossip (default: the bound address; a wildcard host is replaced by the gossip advertise host or the first private address)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for the front door, /metrics and /healthz")
 	fs.BoolVar(&cfg.InsecureGRPC, "insecure-grpc", cfg.InsecureGRPC, "allow plaintext gRPC on a non-loopback --grpc-listen without --tls-cert (never in production)")
+	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", cfg.InsecureHTTP, "allow the front door in plaintext on a non-loopback --http-listen (behind a gateway or ingress that terminates TLS)")
+	fs.BoolVar(&cfg.InsecureRaft, "insecure-raft", cfg.InsecureRaft, "allow the Raft transport in plaintext on a non-loopback --raft-listen without --tls-cert (never in production)")
+	fs.BoolVar(&cfg.TLSNoClientAuth, "tls-no-client-auth", cfg.TLSNoClientAuth, "allow --tls-cert without --tls-client-ca on non-loopback gRPC and Raft: TLS without client certificates")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "serve /metrics on this `host:port` instead of --http-listen")
+	fs.BoolVar(&cfg.InsecureMetrics, "insecure-metrics", cfg.InsecureMetrics, "allow /metrics in plaintext on a non-loopback --metrics-listen (limit who reaches it with a NetworkPolicy)")
+	fs.StringVar(&cfg.MetricsTLSCert, "metrics-tls-cert", cfg.MetricsTLSCert, "--metrics-listen HTTPS certificate `file` (PEM)")
+	fs.StringVar(&cfg.MetricsTLSKey, "metrics-tls-key", cfg.MetricsTLSKey, "--metrics-listen HTTPS private key `file` (PEM)")
+	fs.StringVar(&cfg.MetricsTLSClientCA, "metrics-tls-client-ca", cfg.MetricsTLSClientCA, "CA `file` (PEM) for Prometheus's client certificates on --metrics-listen (mTLS)")
+	fs.BoolVar(&cfg.MetricsTLSNoClientAuth, "metrics-tls-no-client-auth", cfg.MetricsTLSNoClientAuth, "allow --metrics-tls-cert without --metrics-tls-client-ca on a non-loopback --metrics-listen")
 	addExtProcFlags(fs, cfg)
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this router's gossip and Raft `id` (the hostname unless set)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
@@ -382,6 +449,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HTTPTLSCert, "http-tls-cert", cfg.HTTPTLSCert, "front door HTTPS certificate `file` (PEM); empty serves plain HTTP")
 	fs.StringVar(&cfg.HTTPTLSKey, "http-tls-key", cfg.HTTPTLSKey, "front door HTTPS private key `file` (PEM)")
 	fs.StringVar(&cfg.HTTPTLSClientCA, "http-tls-client-ca", cfg.HTTPTLSClientCA, "CA `file` (PEM) for front-door client certificates (mTLS)")
+	fs.BoolVar(&cfg.HTTPTLSNoClientAuth, "http-tls-no-client-auth", cfg.HTTPTLSNoClientAuth, "allow --http-tls-cert without --http-tls-client-ca on a non-loopback front door (clients authenticated by the gateway in front, not by certificates)")
 	fs.StringVar(&cfg.UpstreamTLSCA, "upstream-tls-ca", cfg.UpstreamTLSCA, "CA `file` (PEM) verifying https:// engines (default: system roots)")
 	fs.StringVar(&cfg.UpstreamTLSCert, "upstream-tls-cert", cfg.UpstreamTLSCert, "client certificate `file` (PEM) toward engines")
 	fs.StringVar(&cfg.UpstreamTLSKey, "upstream-tls-key", cfg.UpstreamTLSKey, "client private key `file` (PEM) toward engines")

@@ -34,6 +34,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/cluster/pins"
 	"github.com/prefixmesh/prefixmesh/internal/addrfile"
 	"github.com/prefixmesh/prefixmesh/internal/connstats"
+	"github.com/prefixmesh/prefixmesh/internal/exposure"
 	"github.com/prefixmesh/prefixmesh/internal/shutdown"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
@@ -166,6 +167,11 @@ func newRouterd(cfg ServeConfig, stderr io.Writer) (*routerd, error) {
 	d := &routerd{cfg: cfg, logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		reg: prometheus.NewRegistry(), served: make(chan error, 4)} // http, metrics, grpc, ext-proc
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The listener rule again, for callers of Run that did not validate: no listener opens
+	// against it.
+	if _, err := exposure.CheckAll(cfg.listeners()); err != nil {
+		return nil, err
+	}
 	var err error
 	if d.tls, err = loadTLS(cfg); err != nil {
 		return nil, err
@@ -320,7 +326,7 @@ func (d *routerd) buildDoors(ctx context.Context) error {
 	}
 	d.httpSrv = httpServer(ctx, d.fd, d.reg, d.metricsLis == nil, &d.ready, d.state.gate.NotServing, d.plaintext, d.logger)
 	if d.metricsLis != nil {
-		d.metricsSrv = metricsServer(d.reg)
+		d.metricsSrv = metricsServer(d.reg, d.tls.metrics)
 	}
 	return nil
 }
@@ -341,7 +347,7 @@ func (d *routerd) joinAndServe(ctx, waitCtx context.Context, stopWait func()) er
 	d.onFail(func() { _ = d.httpSrv.Close(); <-d.served })
 	d.pending = 2 // http and grpc
 	if d.metricsSrv != nil {
-		go func() { d.served <- serveErr("metrics", d.metricsSrv.Serve(d.metricsLis)) }()
+		go func() { d.served <- serveErr("metrics", serveHTTP(d.metricsSrv, d.metricsLis)) }()
 		d.onFail(func() { _ = d.metricsSrv.Close(); <-d.served })
 		d.pending++
 	}
@@ -366,7 +372,25 @@ func (d *routerd) joinAndServe(ctx, waitCtx context.Context, stopWait func()) er
 	}
 	d.logger.Info("listening", "grpc", d.grpcLis.Addr().String(), "http", d.httpLis.Addr().String(),
 		"gossip", d.agent.GossipAddr(), "raft", d.plane.raftAddr, "node_id", d.cfg.NodeID, "policy", d.cfg.Policy)
+	d.logListeners()
 	return nil
+}
+
+// logListeners writes one line per open listener: its address, its protection and the flag (or
+// the loopback address) that allowed it, so that a production log shows what each port exposes.
+func (d *routerd) logListeners() {
+	bound := map[string]string{"--grpc-listen": d.grpcLis.Addr().String(), "--http-listen": d.httpLis.Addr().String()}
+	if d.metricsLis != nil {
+		bound["--metrics-listen"] = d.metricsLis.Addr().String()
+	}
+	if d.epp != nil {
+		bound["--ext-proc-listen"] = d.epp.addr()
+	}
+	decisions, _ := exposure.CheckAll(d.cfg.listeners()) // newRouterd refused a failing one
+	for _, dec := range decisions {
+		exposure.Log(d.logger, dec, bound[dec.ListenFlag]) // Raft: the configured address
+	}
+	exposure.Log(d.logger, exposure.Gossip(d.agent.GossipAddr(), d.cfg.Gossip.KeyFile != ""), "")
 }
 
 // servePins starts the pin store once its bootstrap peers are known, then serves gRPC (and the

@@ -49,13 +49,18 @@ type ExtProcConfig struct {
 	// (extproc.Config.Fallbacks): 0, since a plain ORIGINAL_DST cluster takes one address; 1 or 2
 	// for gateways that walk the list on retries.
 	Fallbacks int
-	// TLSCert and TLSKey serve the picker over TLS with this certificate (no client
-	// certificate is asked: gateways present none). SelfSigned serves TLS with a certificate
-	// generated at start, as GIE's reference picker does by default (gateways that speak TLS to
-	// the picker skip verification: kgateway, Istio with the DestinationRule in docs/gateway.md).
-	// Neither: plaintext gRPC, for a gateway on the same host or a mesh that encrypts.
+	// TLSCert and TLSKey serve the picker over TLS with this certificate. SelfSigned serves TLS
+	// with a certificate generated at start, as GIE's reference picker does by default (gateways
+	// that speak TLS to the picker skip verification: kgateway, Istio with the DestinationRule
+	// in docs/gateway.md). Neither: plaintext gRPC, for a gateway on the same host.
 	TLSCert, TLSKey string
 	SelfSigned      bool
+	// TLSClientCA requires the gateway's client certificate, signed by this CA (Envoy presents
+	// one to an ext_proc cluster whose transport socket names it): whoever reaches the picker
+	// chooses engines and reads prompts, so off loopback the rule asks for it unless
+	// NoClientAuth says the gateways present none. Insecure allows plaintext off loopback.
+	TLSClientCA            string
+	NoClientAuth, Insecure bool
 }
 
 // maxExtProcFallbacks bounds --ext-proc-fallbacks: a gateway's retry budget is a few attempts,
@@ -69,6 +74,9 @@ func addExtProcFlags(fs *flag.FlagSet, cfg *ServeConfig) {
 	fs.StringVar(&e.TLSCert, "ext-proc-tls-cert", e.TLSCert, "endpoint picker: serve TLS with this certificate `file` (PEM)")
 	fs.StringVar(&e.TLSKey, "ext-proc-tls-key", e.TLSKey, "endpoint picker: the TLS private key `file` (PEM)")
 	fs.BoolVar(&e.SelfSigned, "ext-proc-self-signed", e.SelfSigned, "endpoint picker: serve TLS with a certificate generated at start (gateways skip verification)")
+	fs.StringVar(&e.TLSClientCA, "ext-proc-tls-client-ca", e.TLSClientCA, "endpoint picker: require gateways' client certificates signed by this CA `file` (PEM; mTLS)")
+	fs.BoolVar(&e.NoClientAuth, "ext-proc-tls-no-client-auth", e.NoClientAuth, "endpoint picker: allow TLS without --ext-proc-tls-client-ca off loopback (for gateways that present no client certificate)")
+	fs.BoolVar(&e.Insecure, "insecure-ext-proc", e.Insecure, "endpoint picker: allow plaintext gRPC on a non-loopback --ext-proc-listen (never in production)")
 }
 
 func (c ServeConfig) validateExtProc() error {
@@ -85,8 +93,10 @@ func (c ServeConfig) validateExtProc() error {
 		return bad("--ext-proc-tls-cert and --ext-proc-tls-key: give both or neither")
 	case e.TLSCert != "" && e.SelfSigned:
 		return bad("--ext-proc-self-signed and --ext-proc-tls-cert: choose one")
+	case e.TLSClientCA != "" && e.TLSCert == "" && !e.SelfSigned:
+		return bad("--ext-proc-tls-client-ca: needs --ext-proc-tls-cert/--ext-proc-tls-key or --ext-proc-self-signed (mTLS is TLS plus client certificates)")
 	}
-	for _, f := range []struct{ flag, path string }{{"--ext-proc-tls-cert", e.TLSCert}, {"--ext-proc-tls-key", e.TLSKey}} {
+	for _, f := range []struct{ flag, path string }{{"--ext-proc-tls-cert", e.TLSCert}, {"--ext-proc-tls-key", e.TLSKey}, {"--ext-proc-tls-client-ca", e.TLSClientCA}} {
 		if f.path != "" {
 			if _, err := os.Stat(f.path); err != nil {
 				return bad("%s: %v", f.flag, err)
@@ -96,12 +106,14 @@ func (c ServeConfig) validateExtProc() error {
 	return nil
 }
 
-// extProcCreds are the picker's transport credentials: its own certificate, a self-signed one,
-// or plaintext. Never the cluster's mTLS: a gateway has no cluster client certificate.
+// extProcCreds are the picker's transport credentials: its own certificate or a self-signed
+// one, requiring client certificates from --ext-proc-tls-client-ca when it is set; or
+// plaintext. Never the cluster's CA for clients: a gateway's certificate must not also open
+// the cluster's gRPC and Raft.
 func extProcCreds(e ExtProcConfig) (credentials.TransportCredentials, error) {
 	switch {
 	case e.TLSCert != "":
-		c, err := tlsfiles.Server(e.TLSCert, e.TLSKey, "")
+		c, err := tlsfiles.Server(e.TLSCert, e.TLSKey, e.TLSClientCA)
 		if err != nil {
 			return nil, err
 		}
@@ -111,7 +123,13 @@ func extProcCreds(e ExtProcConfig) (credentials.TransportCredentials, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ext-proc self-signed certificate: %w", err)
 		}
-		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
+		c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if e.TLSClientCA != "" {
+			if err := tlsfiles.RequireClientCerts(c, e.TLSClientCA); err != nil {
+				return nil, err
+			}
+		}
+		return credentials.NewTLS(c), nil
 	}
 	return insecure.NewCredentials(), nil
 }

@@ -2,6 +2,7 @@ package routerd
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -115,10 +116,11 @@ func healthHandler(okBody, warning string, ready *atomic.Bool, notServing func()
 	}
 }
 
-// metricsServer serves /metrics alone, for --metrics-listen (plaintext: Prometheus scrapes
-// inside the cluster; a NetworkPolicy limits who reaches it).
-func metricsServer(reg *prometheus.Registry) *http.Server {
+// metricsServer serves /metrics alone, for --metrics-listen: HTTPS when tc is set
+// (--metrics-tls-*), else plaintext, which the listener rule allows only on loopback or with
+// --insecure-metrics.
+func metricsServer(reg *prometheus.Registry, tc *tls.Config) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
+	return &http.Server{Handler: mux, TLSConfig: tc, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
 }

@@ -14,6 +14,7 @@ import (
 type tlsSetup struct {
 	cluster, clusterClient *tls.Config // --tls-*: gRPC and Raft servers; dialling nodes and routers
 	http                   *tls.Config // --http-tls-*: the front door's listener
+	metrics                *tls.Config // --metrics-tls-*: --metrics-listen's listener
 	upstream               *tls.Config // --upstream-tls-*: toward engines (https:// URLs)
 }
 
@@ -31,6 +32,11 @@ func loadTLS(cfg ServeConfig) (tlsSetup, error) {
 	}
 	if cfg.HTTPTLSCert != "" {
 		if t.http, err = tlsfiles.Server(cfg.HTTPTLSCert, cfg.HTTPTLSKey, cfg.HTTPTLSClientCA); err != nil {
+			return t, err
+		}
+	}
+	if cfg.MetricsTLSCert != "" {
+		if t.metrics, err = tlsfiles.Server(cfg.MetricsTLSCert, cfg.MetricsTLSKey, cfg.MetricsTLSClientCA); err != nil {
 			return t, err
 		}
 	}
