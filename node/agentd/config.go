@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
+	"github.com/prefixmesh/prefixmesh/internal/exposure"
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
 	"github.com/prefixmesh/prefixmesh/node"
 	"github.com/prefixmesh/prefixmesh/node/kvevents"
@@ -43,11 +44,24 @@ func cacheOwner(engine string) string {
 type Config struct {
 	// GRPCListen is where NodeCache, grpc.health.v1 and reflection are served: host:port, or
 	// unix:///path for a socket shared with an engine on the same host. Default 127.0.0.1:7070,
-	// loopback, because the cache API trusts its callers unless mTLS is configured.
+	// loopback, because the cache API trusts its callers unless mTLS is configured. Both
+	// listeners follow the router's rule (internal/exposure, listeners): off loopback, no
+	// plaintext without --insecure-grpc / --insecure-http, no TLS without --tls-client-ca
+	// unless --tls-no-client-auth.
 	GRPCListen string
+	// InsecureGRPC allows NodeCache in plaintext on a non-loopback address (never in
+	// production: its Insert/Evict/Release can free blocks an engine still uses).
+	InsecureGRPC bool
+	// TLSNoClientAuth allows --tls-cert without --tls-client-ca on a non-loopback address:
+	// encrypted, but any client may call NodeCache.
+	TLSNoClientAuth bool
 	// HTTPListen serves /metrics, /healthz and, with --engine=sim, the engine's OpenAI API.
 	// Default 127.0.0.1:8080, the port OpenAI-compatible engines conventionally use.
 	HTTPListen string
+	// InsecureHTTP allows the HTTP listener (plaintext: it has no TLS) on a non-loopback address,
+	// as routers must reach the simulated engine and Prometheus the metrics; a NetworkPolicy
+	// then limits who does (the chart's).
+	InsecureHTTP bool
 	// NodeID names this node in summaries, stats and gossip. Default: the hostname, which is the
 	// pod name under Kubernetes and so unique and stable per pod.
 	NodeID string
@@ -220,6 +234,9 @@ func (c Config) Validate() error {
 	case c.TLSClientCA != "" && c.TLSCert == "":
 		return bad("--tls-client-ca: needs --tls-cert and --tls-key (mTLS is TLS plus client certificates)")
 	}
+	if _, err := exposure.CheckAll(c.listeners()); err != nil {
+		return bad("%v", err)
+	}
 	if c.PinsAddr != "" && !strings.Contains(c.PinsAddr, ":") {
 		return bad("--pins-addr %q: want host:port", c.PinsAddr)
 	}
@@ -283,6 +300,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// listeners are the agent's listeners as internal/exposure's rule sees them, in the order they
+// are logged; the KV-event sockets are ZMQ endpoints the engine's side governs (SECURITY.md).
+func (c Config) listeners() []exposure.Listener {
+	return []exposure.Listener{
+		{Name: "NodeCache gRPC", ListenFlag: "--grpc-listen", Addr: c.GRPCListen,
+			Cert: c.TLSCert != "", CertFlag: "--tls-cert", ClientCA: c.TLSClientCA != "", ClientCAFlag: "--tls-client-ca",
+			Insecure: c.InsecureGRPC, InsecureFlag: "--insecure-grpc", NoClientAuth: c.TLSNoClientAuth, NoClientAuthFlag: "--tls-no-client-auth",
+			Exposes: "read this node's cache state and, beside an external engine, insert, evict and release its blocks"},
+		{Name: "HTTP (/metrics, /healthz, the simulated engine)", ListenFlag: "--http-listen", Addr: c.HTTPListen,
+			Insecure: c.InsecureHTTP, InsecureFlag: "--insecure-http",
+			Exposes: "read load figures and, with --engine=sim, send completions to the simulated engine"},
+	}
+}
+
 // checkListen accepts host:port and, where unixOK, unix:///absolute/path.
 func checkListen(addr string, unixOK bool) error {
 	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
@@ -322,6 +353,9 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	}
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC listen address: `host:port` or unix:///path (port 0 picks a free port)")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "HTTP listen `host:port` for /metrics, /healthz and the simulated engine's OpenAI API")
+	fs.BoolVar(&cfg.InsecureGRPC, "insecure-grpc", cfg.InsecureGRPC, "allow plaintext NodeCache gRPC on a non-loopback --grpc-listen without --tls-cert (never in production)")
+	fs.BoolVar(&cfg.TLSNoClientAuth, "tls-no-client-auth", cfg.TLSNoClientAuth, "allow --tls-cert without --tls-client-ca on a non-loopback --grpc-listen: TLS without client certificates")
+	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", cfg.InsecureHTTP, "allow the plaintext HTTP listener on a non-loopback --http-listen (limit who reaches it with a NetworkPolicy)")
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's `id` in summaries, stats and gossip (the hostname unless set)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in `tokens` the engine inserts with")
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", cfg.KVBlocks, "KV pool size in `blocks` (simulated engine)")

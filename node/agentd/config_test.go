@@ -41,7 +41,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestFlagsMapToConfig(t *testing.T) {
-	cfg, err := parseConfig([]string{"--grpc-listen=0.0.0.0:9", "--http-listen=:8", "--node-id=n7", "--block-size=32",
+	cfg, err := parseConfig([]string{"--grpc-listen=0.0.0.0:9", "--insecure-grpc", "--tls-no-client-auth", "--http-listen=:8", "--insecure-http", "--node-id=n7", "--block-size=32",
 		"--kv-blocks=100", "--model=m", "--log-level=debug", "--drain-timeout=3s", "--sim-prefill-tokens-per-s=5",
 		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes"}, &bytes.Buffer{})
 	if err != nil {
@@ -49,6 +49,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	}
 	want := DefaultConfig()
 	want.GRPCListen, want.HTTPListen, want.NodeID, want.BlockSize, want.KVBlocks = "0.0.0.0:9", ":8", "n7", 32, 100
+	want.InsecureGRPC, want.TLSNoClientAuth, want.InsecureHTTP = true, true, true
 	want.Model, want.LogLevel, want.DrainTimeout = "m", "debug", 3*time.Second
 	want.Sim.PrefillTokensPerSec, want.Sim.DecodeTokensPerSec, want.Sim.MaxConcurrent, want.Sim.MaxQueue = 5, 6, 7, 0
 	want.Sim.Tokenizer = "bytes"

@@ -23,7 +23,10 @@ func TestHelmFlags(t *testing.T) {
 	cert, key, ca, gossipKey := file("tls.crt"), file("tls.key"), file("ca.crt"), file("gossip.key")
 	common := []string{"--log-level=info", "--drain-timeout=25s", "--gossip-listen=:7946",
 		"--join=prefixmesh-gossip.default.svc.cluster.local:7946"}
-	mirrorNode := []string{"--grpc-listen=:7070", "--http-listen=:8080", "--model=prefixmesh-sim", "--block-size=16"}
+	// The HTTP listener (metrics, health, the simulated engine) is plaintext behind the chart's
+	// NetworkPolicy; NodeCache is plaintext only without TLS (plain), with the flag that says so.
+	mirrorNode := []string{"--grpc-listen=:7070", "--http-listen=:8080", "--insecure-http", "--model=prefixmesh-sim", "--block-size=16"}
+	plain := []string{"--insecure-grpc"}
 	node := append(append([]string(nil), mirrorNode...), "--kv-blocks=32768") // the chart passes --kv-blocks only to sim and external
 	tls := []string{"--tls-cert=" + cert, "--tls-key=" + key, "--tls-client-ca=" + ca}
 	join := func(parts ...[]string) []string {
@@ -34,13 +37,13 @@ func TestHelmFlags(t *testing.T) {
 		return out
 	}
 	cases := map[string][]string{
-		"sim, insecure gossip":   join(common, []string{"--insecure-gossip"}, node, []string{"--engine=sim"}),
-		"sim, gossip key":        join(common, []string{"--gossip-key-file=" + gossipKey}, node, []string{"--engine=sim"}),
+		"sim, insecure gossip":   join(common, []string{"--insecure-gossip"}, plain, node, []string{"--engine=sim"}),
+		"sim, gossip key":        join(common, []string{"--gossip-key-file=" + gossipKey}, plain, node, []string{"--engine=sim"}),
 		"external, key and TLS":  join(common, []string{"--gossip-key-file=" + gossipKey}, tls, node, []string{"--engine=external", "--engine-url=http://127.0.0.1:8000"}),
-		"sim, pins from address": join(common, []string{"--insecure-gossip"}, node, []string{"--pins-addr=prefixmesh-router:7080"}),
+		"sim, pins from address": join(common, []string{"--insecure-gossip"}, plain, node, []string{"--pins-addr=prefixmesh-router:7080"}),
 		"vllm, key and TLS": join(common, []string{"--gossip-key-file=" + gossipKey}, tls, mirrorNode, []string{"--engine=vllm", "--engine-url=http://10.0.0.7:8000",
 			"--kv-events-listen=tcp://127.0.0.1:5557", "--kv-events-replay=tcp://127.0.0.1:5657", "--kv-events-topic=", "--dp-size=1", "--state-dir=/var/lib/prefixmesh/node"}),
-		"sglang, no replay, dialling": join(common, []string{"--insecure-gossip"}, mirrorNode, []string{"--engine=sglang", "--engine-url=http://10.0.0.7:30000",
+		"sglang, no replay, dialling": join(common, []string{"--insecure-gossip"}, plain, mirrorNode, []string{"--engine=sglang", "--engine-url=http://10.0.0.7:30000",
 			"--kv-events=tcp://127.0.0.1:5557", "--kv-events-replay=", "--kv-events-topic=kv@", "--dp-size=2"}),
 	}
 	args := []string{"--node-id=gpu-node-7"}

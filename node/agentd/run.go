@@ -26,6 +26,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/internal/addrfile"
 	"github.com/prefixmesh/prefixmesh/internal/connstats"
+	"github.com/prefixmesh/prefixmesh/internal/exposure"
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/internal/shutdown"
 	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
@@ -117,6 +118,11 @@ type daemon struct {
 func newDaemon(cfg Config, stderr io.Writer) (*daemon, error) {
 	level, err := parseLogLevel(cfg.LogLevel)
 	if err != nil {
+		return nil, err
+	}
+	// The listener rule again, for callers of Run that did not validate: no listener opens
+	// against it.
+	if _, err := exposure.CheckAll(cfg.listeners()); err != nil {
 		return nil, err
 	}
 	d := &daemon{cfg: cfg, logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
@@ -267,7 +273,21 @@ func (d *daemon) serve() chan error {
 	}
 	d.logger.Info("listening", "grpc", addrString(d.grpcLis.Addr()), "http", d.httpLis.Addr().String(),
 		"node_id", d.cfg.NodeID, "epoch", fmt.Sprintf("%016x", d.cacheSrv.Epoch()), "engine", d.cfg.Engine, "extra", strings.Join(d.side.addrs, " "))
+	d.logListeners()
 	return served
+}
+
+// logListeners writes one line per open listener: its address, its protection and the flag (or
+// the loopback address) that allowed it.
+func (d *daemon) logListeners() {
+	decisions, _ := exposure.CheckAll(d.cfg.listeners()) // newDaemon refused a failing one
+	bound := []string{addrString(d.grpcLis.Addr()), d.httpLis.Addr().String()}
+	for i, dec := range decisions {
+		exposure.Log(d.logger, dec, bound[i])
+	}
+	if d.agent != nil {
+		exposure.Log(d.logger, exposure.Gossip(d.agent.GossipAddr(), d.cfg.Gossip.KeyFile != ""), "")
+	}
 }
 
 // followHealth makes the node SERVING. Its metadata is published by the gossip agent's Start;
