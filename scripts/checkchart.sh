@@ -68,6 +68,7 @@ for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persi
 	"router.tokenizerFiles.image=models:1" "router.tokenizerFiles.persistentVolumeClaim=models" \
 	"node.engineContainer.args={--block-size=16}" \
 	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe" "gateway.extProcTLS=maybe" \
+	"gateway.enabled=true,tls.enabled=false" "networkPolicy.enabled=maybe" \
 	"dashboards.label=-bad" "dashboards.labelValue=not one" "alerts.enabled=yes"; do
 	if "$helm" template pm "$chart" "${vllm[@]}" --set router.tokenizer=engine --set "$bad" >/dev/null 2>&1 &&
 		"$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
@@ -96,6 +97,22 @@ reject "vLLM flags not matched to the agent's" "${vllm[@]}" --set router.tokeniz
 reject "vLLM flags that disagree with the agent's" "${vllm[@]}" --set router.tokenizer=engine --set node.engineContainer.injectFlags=false \
 	--set-json 'node.engineContainer.args=["--port=8000","--served-model-name=prefixmesh-sim","--block-size=32","--enable-prompt-tokens-details","--kv-events-config={\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"}"]'
 reject "router voters free to share a host" --set-json 'router.affinity={"podAffinity":{}}'
+# A NetworkPolicy that no longer admits a port the pods open (here Raft's) must be caught.
+render
+sed 's/^        - port: 7000$/        - port: 7001/' "$work/rendered.yaml" >"$work/closed.yaml" && mv "$work/closed.yaml" "$work/rendered.yaml"
+if check >/dev/null 2>&1; then
+	echo "checkchart: chartcheck accepted a NetworkPolicy set that closes Raft" >&2
+	exit 1
+fi
+# Without TLS the chart passes the explicit plaintext flags, which the daemons accept.
+render --set tls.enabled=false
+check -cluster-domain cluster.local >/dev/null
+grep -qx -- '--insecure-grpc' "$work/flags/node.args" && grep -qx -- '--insecure-raft' "$work/flags/router.args" ||
+	{ echo "checkchart: tls.enabled=false without --insecure-grpc/--insecure-raft" >&2; exit 1; }
+mapfile -t node_args <"$work/flags/node.args"
+mapfile -t router_args <"$work/flags/router.args"
+"$work/prefixmesh-node" "${node_args[@]}" --validate-only >/dev/null
+"$work/prefixmesh-router" "${router_args[@]}" --validate-only >/dev/null
 render
 sed 's/^  replicas: 3$/  replicas: 2/' "$work/rendered.yaml" >"$work/even.yaml" && mv "$work/even.yaml" "$work/rendered.yaml"
 if check >/dev/null 2>&1; then

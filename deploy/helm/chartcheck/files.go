@@ -48,6 +48,7 @@ func materialise(lines []string, root string) ([]string, error) {
 		"tls/tls.crt":       certPEM,
 		"tls/tls.key":       keyPEM,
 		"tls/ca.crt":        certPEM,
+		"ext-proc/ca.crt":   certPEM,
 		// A byte-level BPE tokenizer with only the 256 byte symbols: enough for the router to
 		// load hf:/etc/prefixmesh/tokenizer in --validate-only.
 		"tokenizer/tokenizer.json":        tokJSON,

@@ -23,6 +23,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -68,6 +69,7 @@ func run(path, flagsDir, root, domain string) error {
 		services     []corev1.Service
 		pools        []inferencePool
 		routes       []httpRoute
+		netpols      []networkingv1.NetworkPolicy
 		kinds        = map[string]int{}
 	)
 	for i, doc := range splitDocs(raw) {
@@ -109,6 +111,10 @@ func run(path, flagsDir, root, domain string) error {
 			var o appsv1.DaemonSet
 			err = yaml.UnmarshalStrict(doc, &o)
 			daemonSets = append(daemonSets, o)
+		case "NetworkPolicy":
+			var o networkingv1.NetworkPolicy
+			err = yaml.UnmarshalStrict(doc, &o)
+			netpols = append(netpols, o)
 		case "PodDisruptionBudget":
 			err = yaml.UnmarshalStrict(doc, &policyv1.PodDisruptionBudget{})
 		case "ServiceMonitor", "PodMonitor":
@@ -142,6 +148,9 @@ func run(path, flagsDir, root, domain string) error {
 		}
 	}
 	if err := checkRules(router, daemonSets, flagFiles, domain); err != nil {
+		return err
+	}
+	if err := checkNetworkPolicies(netpols, router, daemonSets); err != nil {
 		return err
 	}
 	fmt.Printf("chartcheck: %d documents decoded strictly (%v)\n", sum(kinds), kinds)

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // minEngineStartup is the least startup budget a node agent beside a real engine may have: the
@@ -303,6 +304,79 @@ func checkEngineFlags(kind string, eng, agent *corev1.Container, nodeFlags []str
 		return fmt.Errorf("node: the engine's replay endpoint %q, the agent's %q", kv.Replay, replay)
 	case kv.Topic != topic:
 		return fmt.Errorf("node: the engine's topic %q, the agent's %q", kv.Topic, topic)
+	}
+	return nil
+}
+
+// checkNetworkPolicies checks, when the chart renders NetworkPolicies (networkPolicy.enabled),
+// that every port a router or agent container opens is admitted by a policy selecting its
+// pods, so that a changed port value cannot silently close a channel, and that no policy opens
+// a port outside the chart's pods' container ports (the engines' KV-event ports stay closed).
+// Pods on the host network are not subject to policies and are skipped.
+func checkNetworkPolicies(pols []networkingv1.NetworkPolicy, router appsv1.StatefulSet, nodes []appsv1.DaemonSet) error {
+	if len(pols) == 0 {
+		return nil
+	}
+	pods := []struct {
+		name   string
+		labels map[string]string
+		spec   corev1.PodSpec
+	}{{"router", router.Spec.Template.Labels, router.Spec.Template.Spec}}
+	for _, ds := range nodes {
+		if !ds.Spec.Template.Spec.HostNetwork {
+			pods = append(pods, struct {
+				name   string
+				labels map[string]string
+				spec   corev1.PodSpec
+			}{"node", ds.Spec.Template.Labels, ds.Spec.Template.Spec})
+		}
+	}
+	type portKey struct {
+		port  int32
+		proto corev1.Protocol
+	}
+	for _, pod := range pods {
+		open := map[portKey]bool{}
+		for _, p := range pols {
+			selects := true
+			for k, v := range p.Spec.PodSelector.MatchLabels {
+				selects = selects && pod.labels[k] == v
+			}
+			if !selects {
+				continue
+			}
+			for _, rule := range p.Spec.Ingress {
+				for _, np := range rule.Ports {
+					proto := corev1.ProtocolTCP
+					if np.Protocol != nil {
+						proto = *np.Protocol
+					}
+					if np.Port == nil || np.Port.IntValue() == 0 {
+						return fmt.Errorf("NetworkPolicy %q: ports must be numbers", p.Name)
+					}
+					open[portKey{int32(np.Port.IntValue()), proto}] = true
+				}
+			}
+		}
+		declared := map[portKey]bool{}
+		for _, c := range pod.spec.Containers {
+			for _, cp := range c.Ports {
+				proto := cp.Protocol
+				if proto == "" {
+					proto = corev1.ProtocolTCP
+				}
+				k := portKey{cp.ContainerPort, proto}
+				declared[k] = true
+				if !open[k] {
+					return fmt.Errorf("%s port %s %d/%s is admitted by no NetworkPolicy", pod.name, cp.Name, cp.ContainerPort, proto)
+				}
+			}
+		}
+		for k := range open {
+			if !declared[k] {
+				return fmt.Errorf("a NetworkPolicy opens %d/%s on %s pods, which declare no such port", k.port, k.proto, pod.name)
+			}
+		}
 	}
 	return nil
 }

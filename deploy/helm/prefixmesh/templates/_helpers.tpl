@@ -32,6 +32,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.gossip.existingSecret | default (printf "%s-gossip" (include "prefixmesh.fullname" .)) -}}
 {{- end -}}
 
+{{- define "prefixmesh.extProcClientSecret" -}}
+{{- .Values.gateway.extProcClientSecret | default (printf "%s-ext-proc-client" (include "prefixmesh.fullname" .)) -}}
+{{- end -}}
+
 {{- define "prefixmesh.tlsSecret" -}}
 {{- .Values.tls.existingSecret | default (printf "%s-tls" (include "prefixmesh.fullname" .)) -}}
 {{- end -}}
@@ -73,6 +77,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 --tls-cert=/etc/prefixmesh/tls/tls.crt
 --tls-key=/etc/prefixmesh/tls/tls.key
 --tls-client-ca=/etc/prefixmesh/tls/ca.crt
+{{- else }}
+--insecure-grpc
 {{- end }}
 {{- end -}}
 
