@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 )
@@ -69,9 +70,9 @@ type Server struct {
 	tracer  trace.Tracer
 	tracing bool // cfg.TracerProvider records (trace.go)
 
-	streams  atomic.Int64 // streams open now
-	buffered atomic.Int64 // request body bytes held across streams
-	readers  *readers     // the goroutines that read streams (readers.go)
+	streams  atomic.Int64       // streams open now
+	buffered *bytebudget.Budget // request body bytes held across streams, within MaxBufferedBytes
+	readers  *readers           // the goroutines that read streams (readers.go)
 
 	// observeAnswer, when set (by this package's benchmark, before serving), hears each
 	// request's answer_seconds: the picker's own share of the added latency.
@@ -98,7 +99,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, picker: deps.Picker, nodes: deps.Nodes, met: met, log: log, health: health.NewServer(),
-		readers: newReaders(), tracer: spans.Tracer(cfg.TracerProvider, tracerName), tracing: spans.Enabled(cfg.TracerProvider)}
+		readers: newReaders(), buffered: bytebudget.New(cfg.MaxBufferedBytes), tracer: spans.Tracer(cfg.TracerProvider, tracerName), tracing: spans.Enabled(cfg.TracerProvider)}
 	s.health.SetServingStatus(ServiceLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.SetReady(false)
 	return s, nil
@@ -139,7 +140,7 @@ func (s *Server) Shutdown() { s.health.Shutdown() }
 func (s *Server) Streams() int { return int(s.streams.Load()) }
 
 // BufferedBytes returns the request body bytes held across streams now.
-func (s *Server) BufferedBytes() int64 { return s.buffered.Load() }
+func (s *Server) BufferedBytes() int64 { return s.buffered.Held() }
 
 // Process serves one ext_proc stream: one HTTP request and its response.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {

@@ -39,7 +39,7 @@ type stream struct {
 	haveSubset bool
 
 	// chunks are the request body's chunks so far, each the bytes its message brought (nothing
-	// else holds them), counted in s.buffered as held; chunkArr is their first backing array.
+	// else holds them), counted in s.buffered (the shared body budget) as held; chunkArr is their first backing array.
 	chunks   [][]byte
 	chunkArr [4][]byte
 	held     int64
@@ -149,8 +149,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 			fmt.Sprintf("request body exceeds %d bytes", st.s.cfg.MaxBodyBytes)))
 	}
 	if n := int64(len(chunk)); n > 0 {
-		if st.s.buffered.Add(n) > st.s.cfg.MaxBufferedBytes {
-			st.s.buffered.Add(-n)
+		if !st.s.buffered.Take(n) {
 			st.s.met.streamErrors.WithLabelValues("busy").Inc()
 			st.spanError("router_overloaded")
 			st.requestDone = true
@@ -302,7 +301,7 @@ func (st *stream) joinedBody() []byte {
 // release gives back the request body's bytes: once routed, the body went back to the gateway.
 func (st *stream) release() {
 	if st.held > 0 {
-		st.s.buffered.Add(-st.held)
+		st.s.buffered.Give(st.held)
 		st.s.met.buffered.Sub(float64(st.held))
 		st.held = 0
 	}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
 )
 
 // Request bodies are read into pooled buffers, one pool per power-of-two size class, so a
@@ -43,6 +45,10 @@ type reqBody struct {
 	buf   *[]byte // the pooled buffer b is in; nil when b is not pooled
 	class int
 	refs  atomic.Int32
+	// charged is what the buffer took from budget (the front door's body budget), given back
+	// with the buffer; 0 for a body the budget does not count.
+	charged int64
+	budget  *bytebudget.Budget
 	// A spliced body (a batch's prompt) reads as b, then rest[0], then rest[1]: views into
 	// parent's bytes, on which it holds a reference until its own last one is dropped.
 	rest   [2][]byte
@@ -79,6 +85,10 @@ func (rb *reqBody) release() {
 	if rb.buf != nil {
 		bodyPools[rb.class].Put(rb.buf)
 		rb.buf, rb.b = nil, nil
+	}
+	if rb.charged != 0 {
+		rb.budget.Give(rb.charged)
+		rb.charged = 0
 	}
 	if rb.parent != nil {
 		rb.b, rb.rest = nil, [2][]byte{}
@@ -145,39 +155,142 @@ func (r *bodyReader) Close() error {
 	return nil
 }
 
+// bodyChunkBytes is how far a request body's buffers may run ahead of the bytes received. A body
+// declared longer (or of unknown length) is read a chunk at a time into pooled chunks and joined
+// once all of it came, so a client that declares 8 MiB and sends one byte makes the router hold
+// one chunk, not 8 MiB. 64 KiB holds nearly every chat or completions body in one buffer (the
+// allocation-free fast path) and is a few reads of a TCP connection.
+const bodyChunkBytes = 64 << 10
+
+// chunkClass is the pool class of a bodyChunkBytes chunk.
+var chunkClass = bodyClass(bodyChunkBytes)
+
+// errBodyBudget is a body that would take the bytes the front door holds across requests over
+// Config.MaxBodyBufferBytes (answered 429).
+var errBodyBudget = errors.New("the router holds as many request body bytes as it may")
+
 // readBodyPooled reads the whole body, at most limit bytes (more is an *http.MaxBytesError),
-// into a pooled buffer when the Content-Length is known and within the largest class.
-func readBodyPooled(w http.ResponseWriter, r *http.Request, limit int64) (*reqBody, error) {
+// into pooled buffers charged to budget (a nil budget has no limit): a Take that fails is
+// errBodyBudget. A body declared within one chunk is read straight into a buffer of its size
+// class; a longer one grows a chunk at a time as its bytes arrive.
+func readBodyPooled(w http.ResponseWriter, r *http.Request, limit int64, budget *bytebudget.Budget) (*reqBody, error) {
 	n := r.ContentLength
-	if n <= 0 || n > limit {
-		b, err := readBody(w, r, limit)
-		if err != nil {
-			return nil, err
-		}
-		return newReqBody(b), nil
+	if n > limit {
+		// Refused on its declaration, before a byte is read or a buffer taken.
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	if n <= 0 || n > bodyChunkBytes {
+		return readChunked(w, r, limit, budget)
 	}
 	c := bodyClass(int(n))
-	if c < 0 {
-		b, err := readBody(w, r, limit)
-		if err != nil {
-			return nil, err
-		}
-		return newReqBody(b), nil
+	size := int64(1) << (c + minPooledBodyBits)
+	if !budget.Take(size) {
+		return nil, errBodyBudget
 	}
 	bp, _ := bodyPools[c].Get().(*[]byte)
 	if bp == nil {
-		b := make([]byte, 1<<(c+minPooledBodyBits))
+		b := make([]byte, size)
 		bp = &b
 	}
 	buf := (*bp)[:n]
 	if _, err := io.ReadFull(http.MaxBytesReader(w, r.Body, limit), buf); err != nil {
 		bodyPools[c].Put(bp)
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("the body ended before its Content-Length of %d bytes: %w", n, err)
+		budget.Give(size)
+		return nil, shortBody(err, n)
+	}
+	rb := &reqBody{b: buf, buf: bp, class: c, charged: size, budget: budget}
+	rb.refs.Store(1)
+	return rb, nil
+}
+
+// shortBody names a body that ended before its Content-Length.
+func shortBody(err error, n int64) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("the body ended before its Content-Length of %d bytes: %w", n, err)
+	}
+	return err
+}
+
+// readChunked reads a body longer than a chunk, or of unknown length, into pooled chunks taken
+// from budget one at a time as bytes arrive, then joins them into one buffer of the body's size
+// (pooled up to the largest class). While the chunks are joined the body is held twice: bytes
+// the client did send, never more than its length plus a chunk beyond.
+func readChunked(w http.ResponseWriter, r *http.Request, limit int64, budget *bytebudget.Budget) (*reqBody, error) {
+	src := http.MaxBytesReader(w, r.Body, limit)
+	var arr [8]*[]byte
+	chunks := arr[:0]
+	var total int64
+	giveBack := func() {
+		for _, bp := range chunks {
+			bodyPools[chunkClass].Put(bp)
 		}
+		budget.Give(int64(len(chunks)) * bodyChunkBytes)
+	}
+	for {
+		if !budget.Take(bodyChunkBytes) {
+			giveBack()
+			return nil, errBodyBudget
+		}
+		bp, _ := bodyPools[chunkClass].Get().(*[]byte)
+		if bp == nil {
+			b := make([]byte, bodyChunkBytes)
+			bp = &b
+		}
+		chunks = append(chunks, bp)
+		k, err := io.ReadFull(src, *bp)
+		total += int64(k)
+		if err == nil {
+			if total == r.ContentLength {
+				break // all it declared, at a chunk's end: no further read or chunk
+			}
+			continue
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			if n := r.ContentLength; n > 0 && total != n {
+				giveBack()
+				return nil, shortBody(io.ErrUnexpectedEOF, n)
+			}
+			break // the body's end, inside this chunk (or at its start)
+		}
+		giveBack()
 		return nil, err
 	}
-	rb := &reqBody{b: buf, buf: bp, class: c}
+	if total <= bodyChunkBytes {
+		// One chunk holds it all: it is the body's buffer.
+		bp := chunks[0]
+		for _, extra := range chunks[1:] {
+			bodyPools[chunkClass].Put(extra)
+		}
+		budget.Give(int64(len(chunks)-1) * bodyChunkBytes)
+		rb := &reqBody{b: (*bp)[:total], buf: bp, class: chunkClass, charged: bodyChunkBytes, budget: budget}
+		rb.refs.Store(1)
+		return rb, nil
+	}
+	rb := &reqBody{class: -1, budget: budget}
+	size := total
+	if c := bodyClass(int(total)); c >= 0 {
+		rb.class, size = c, int64(1)<<(c+minPooledBodyBits)
+	}
+	if !budget.Take(size) {
+		giveBack()
+		return nil, errBodyBudget
+	}
+	rb.charged = size
+	if rb.class >= 0 {
+		rb.buf, _ = bodyPools[rb.class].Get().(*[]byte)
+		if rb.buf == nil {
+			b := make([]byte, size)
+			rb.buf = &b
+		}
+		rb.b = (*rb.buf)[:total]
+	} else {
+		rb.b = make([]byte, total)
+	}
+	off := 0
+	for _, bp := range chunks {
+		off += copy(rb.b[off:], *bp)
+	}
+	giveBack()
 	rb.refs.Store(1)
 	return rb, nil
 }

@@ -12,7 +12,7 @@ import (
 func TestReqBodyReleasedByLastHolder(t *testing.T) {
 	want := bytes.Repeat([]byte("x"), 5000)
 	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(want))
-	rb, err := readBodyPooled(httptest.NewRecorder(), r, 1<<20)
+	rb, err := readBodyPooled(httptest.NewRecorder(), r, 1<<20, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestReqBodyClasses(t *testing.T) {
 	// A short body (Content-Length less than sent) is an error, not a truncated prompt.
 	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader([]byte("abc")))
 	r.ContentLength = 10
-	if _, err := readBodyPooled(httptest.NewRecorder(), r, 1<<20); err == nil {
+	if _, err := readBodyPooled(httptest.NewRecorder(), r, 1<<20, nil); err == nil {
 		t.Fatal("a body shorter than its Content-Length was accepted")
 	}
 }

@@ -1,7 +1,6 @@
 package frontdoor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,11 +78,13 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.adm.leave()
-	body, err := s.readBodyTimed(w, r)
+	rb, err := s.readBodyTimed(w, r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeInvalid, "read request body: "+err.Error())
+		s.bodyError(w, err)
 		return
 	}
+	defer rb.release()
+	body := rb.b
 	var m struct {
 		Model string `json:"model"`
 	}
@@ -114,10 +115,13 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		tried++
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.EngineURL+r.URL.Path, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.EngineURL+r.URL.Path, nil)
 		if err != nil {
 			continue
 		}
+		// The pooled body, held by the upstream request until the Transport closes it (it may
+		// still be writing it after the answer came).
+		rb.upstreamRequest(req)
 		req.Header.Set("Content-Type", "application/json")
 		if a := r.Header.Get("Authorization"); a != "" {
 			req.Header.Set("Authorization", a)

@@ -16,6 +16,13 @@ import (
 // held in memory once, to be tokenised and replayed on a retry).
 const MaxBodyBytes = 8 << 20
 
+// DefaultMaxBodyBufferBytes is Config.MaxBodyBufferBytes' default, 512 MiB (the endpoint
+// picker's body budget too): a small share of a router's memory (its index is bounded near
+// 256 MiB), yet 8,192 uploads a chunk into their bodies, twice the default in-flight bound, or
+// 64 bodies at the 8 MiB cap. Without a budget 128 connections that each sent one byte of a
+// declared 8 MiB body held 1 GiB, and --max-inflight's 4,096 would hold 32 GiB.
+const DefaultMaxBodyBufferBytes = 512 << 20
+
 // maxErrorBodyBytes bounds how much of a failed (5xx) upstream response is kept to relay if the
 // retry fails too: OpenAI-shaped errors are a few hundred bytes.
 const maxErrorBodyBytes = 64 << 10
@@ -46,6 +53,13 @@ type Config struct {
 	MaxInFlight int
 	// MaxBodyBytes caps request bodies; see the MaxBodyBytes constant.
 	MaxBodyBytes int64
+	// MaxBodyBufferBytes caps the request body bytes the front door holds across all requests
+	// at once, from the first chunk read until the request no longer needs its body (it is kept
+	// to replay on a retry, so routing does not free it); a body that would go over is answered
+	// 429. Buffers grow as bytes arrive, a chunk ahead at most, so a client pays for what it
+	// holds by sending it. Default DefaultMaxBodyBufferBytes. At least 2 × MaxBodyBytes: one
+	// body at the cap is held twice while its chunks are joined.
+	MaxBodyBufferBytes int64
 	// ConnectTimeout bounds dialling an engine: 2 s; loopback or in-cluster connects take
 	// microseconds, and a connect error is retried on another node, so waiting long only delays
 	// the retry.
@@ -96,6 +110,7 @@ func DefaultConfig() Config {
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         4096,
 		MaxBodyBytes:        MaxBodyBytes,
+		MaxBodyBufferBytes:  DefaultMaxBodyBufferBytes,
 		ConnectTimeout:      2 * time.Second,
 		MaxIdleConnsPerHost: 256,
 		BodyTimeout:         10 * time.Second,
@@ -112,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxInFlight %d must be positive", ErrConfig, c.MaxInFlight)
 	case c.MaxBodyBytes <= 0:
 		return fmt.Errorf("%w: MaxBodyBytes %d must be positive", ErrConfig, c.MaxBodyBytes)
+	case c.MaxBodyBufferBytes < 2*c.MaxBodyBytes:
+		return fmt.Errorf("%w: MaxBodyBufferBytes %d must hold twice MaxBodyBytes %d (one body at the cap, while it is joined)", ErrConfig, c.MaxBodyBufferBytes, c.MaxBodyBytes)
 	case c.ConnectTimeout <= 0:
 		return fmt.Errorf("%w: ConnectTimeout %v must be positive", ErrConfig, c.ConnectTimeout)
 	case c.UpstreamTimeout < 0:

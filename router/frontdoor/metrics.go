@@ -3,6 +3,8 @@ package frontdoor
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
 )
 
 // metrics are the front door's Prometheus series.
@@ -18,7 +20,7 @@ type metrics struct {
 	firstByteTimeouts *prometheus.CounterVec
 	// brokenStreams counts responses cut after they began, by node and cause.
 	brokenStreams *prometheus.CounterVec
-	rejected      *prometheus.CounterVec // reason: overloaded, draining, too_large
+	rejected      *prometheus.CounterVec // reason: overloaded, draining, too_large, body_timeout, body_budget
 	// inexact counts requests the router's tokenizer refused to tokenize exactly (routed by
 	// load, without a prefix estimate), by reason (internal/tokenizer.InexactReason).
 	inexact  *prometheus.CounterVec
@@ -28,7 +30,11 @@ type metrics struct {
 // latencyBuckets span a cached short prompt (ms) to a long generation (minutes).
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 14)
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// reasonBodyBudget is rejected_total's reason for a body refused because the bytes held across
+// requests are at Config.MaxBodyBufferBytes.
+const reasonBodyBudget = "body_budget"
+
+func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics, error) {
 	const ns, sub = "prefixmesh", "frontdoor"
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "requests_total",
@@ -51,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ejections_total",
 			Help: "Nodes ejected by passive health."}, []string{"node"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
-			Help: "Requests refused before routing, by reason: overloaded, draining, too_large, body_timeout."}, []string{"reason"}),
+			Help: "Requests refused before routing, by reason: overloaded, draining, too_large, body_timeout, body_budget."}, []string{"reason"}),
 		inexact: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokenize_inexact_total",
 			Help: "Requests the router cannot tokenize exactly on purpose (routed by load, without a prefix estimate), by reason: no_chat_template, template_feature, number_format, big_integer, python_whitespace, python_repr, tokenizer_feature."},
 			[]string{"reason"}),
@@ -60,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// The label values known in advance exist at 0 from the start, so a rate over them reads 0,
 	// not "no data" (which a renamed series would also give).
-	for _, r := range []string{"overloaded", "draining", "too_large", "body_timeout"} {
+	for _, r := range []string{"overloaded", "draining", "too_large", "body_timeout", reasonBodyBudget} {
 		m.rejected.WithLabelValues(r)
 	}
 	for _, c := range []string{causeConnect, causeFirstByte, causeStatus429, causeStatus5xx} {
@@ -69,8 +75,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
+	// Read at scrape time: the budget's own counter, nothing per request.
+	buffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "buffered_body_bytes",
+		Help: "Request body bytes held now (buffers as charged to the body budget, --max-body-buffer-bytes)."},
+		func() float64 { return float64(bodies.Held()) })
 	for _, c := range append([]prometheus.Collector{m.requests, m.decisions, m.ttft, m.latency, m.retries, m.ejections,
-		m.rejected, m.inexact, m.inflight, m.firstByteTimeouts, m.brokenStreams}, m.accuracy.Collectors()...) {
+		m.rejected, m.inexact, m.inflight, m.firstByteTimeouts, m.brokenStreams, buffered}, m.accuracy.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

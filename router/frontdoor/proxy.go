@@ -1,7 +1,6 @@
 package frontdoor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -91,24 +90,11 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		s.met.inflight.Inc()
 		defer s.met.inflight.Dec()
 
-		rb, err := s.readGenBody(w, r)
+		rb, err := s.readBodyTimed(w, r)
 		if err != nil {
 			spanError(adm, "read request body")
 			lg.err = err.Error()
-			var mb *http.MaxBytesError
-			var ne net.Error
-			switch {
-			case errors.As(err, &mb):
-				s.met.rejected.WithLabelValues("too_large").Inc()
-				writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body exceeds %d bytes", mb.Limit))
-			case errors.As(err, &ne) && ne.Timeout():
-				s.met.rejected.WithLabelValues("body_timeout").Inc()
-				w.Header().Set("Connection", "close")
-				writeError(w, http.StatusRequestTimeout, codeBodyTimeout,
-					fmt.Sprintf("the request body did not arrive within %v", s.cfg.BodyTimeout))
-			default:
-				writeError(w, http.StatusBadRequest, codeInvalid, "read request body: "+err.Error())
-			}
+			s.bodyError(w, err)
 			return
 		}
 		defer rb.release()
@@ -195,49 +181,48 @@ func (s *Server) countTooLong(err error) {
 	}
 }
 
-// readGenBody is readBodyTimed into a pooled buffer (body.go); the caller releases it.
-func (s *Server) readGenBody(w http.ResponseWriter, r *http.Request) (*reqBody, error) {
+// readBodyTimed reads the body into pooled buffers (body.go) under Config.BodyTimeout and the
+// body budget, then lifts the deadline again (the response may stream for minutes); the caller
+// releases it.
+func (s *Server) readBodyTimed(w http.ResponseWriter, r *http.Request) (*reqBody, error) {
 	rc := http.NewResponseController(w)
+	// Not every ResponseWriter supports deadlines (httptest.ResponseRecorder does not): the
+	// body is then bounded by its size only.
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	rb, err := readBodyPooled(w, r, s.cfg.MaxBodyBytes)
+	rb, err := readBodyPooled(w, r, s.cfg.MaxBodyBytes, s.bodies)
 	if err == nil {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return rb, err
 }
 
-// readBodyTimed reads the body under Config.BodyTimeout, then lifts the deadline again (the
-// response may stream for minutes).
-func (s *Server) readBodyTimed(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	rc := http.NewResponseController(w)
-	// Not every ResponseWriter supports deadlines (httptest.ResponseRecorder does not): the
-	// body is then bounded by its size only.
-	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err == nil {
-		_ = rc.SetReadDeadline(time.Time{})
+// bodyError answers a request whose body could not be read, and counts the refusal.
+func (s *Server) bodyError(w http.ResponseWriter, err error) {
+	var mb *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mb):
+		s.met.rejected.WithLabelValues("too_large").Inc()
+		// The rest of the body is not read: the connection cannot carry another request.
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body exceeds %d bytes", mb.Limit))
+	case errors.Is(err, errBodyBudget):
+		// 429, not 503: the router is busy, not down; it is the in-flight bound's answer, the
+		// one the endpoint picker gives for its own body budget, and what OpenAI's clients
+		// retry after Retry-After.
+		s.met.rejected.WithLabelValues(reasonBodyBudget).Inc()
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		writeError(w, http.StatusTooManyRequests, codeOverloaded,
+			fmt.Sprintf("the router holds %d bytes of request bodies, its limit; retry later", s.cfg.MaxBodyBufferBytes))
+	case errors.As(err, &ne) && ne.Timeout():
+		s.met.rejected.WithLabelValues("body_timeout").Inc()
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, codeBodyTimeout,
+			fmt.Sprintf("the request body did not arrive within %v", s.cfg.BodyTimeout))
+	default:
+		writeError(w, http.StatusBadRequest, codeInvalid, "read request body: "+err.Error())
 	}
-	return body, err
-}
-
-// readBody reads the whole body, at most limit bytes (more is an *http.MaxBytesError). With a
-// Content-Length it reads into one buffer of exactly that size (bytes.Buffer.ReadFrom would
-// double it at the end, to keep 512 bytes free).
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	if n := r.ContentLength; n > 0 && n <= limit {
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(body, buf); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, fmt.Errorf("the body ended before its Content-Length of %d bytes: %w", n, err)
-			}
-			return nil, err
-		}
-		return buf, nil
-	}
-	var buf bytes.Buffer
-	_, err := buf.ReadFrom(body)
-	return buf.Bytes(), err
 }
 
 func derefU64(p *uint64) uint64 {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
@@ -57,6 +58,7 @@ type Server struct {
 	tracing bool // cfg.TracerProvider records: spans are made (trace.go)
 	created int64
 	adm     admission
+	bodies  *bytebudget.Budget // request body bytes held, within MaxBodyBufferBytes (body.go)
 	handler http.Handler
 	// stop ends every attempt in flight when Shutdown's deadline passes, so streams end with
 	// an SSE error event instead of a bare EOF.
@@ -77,7 +79,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("%w: nil Picker", ErrConfig)
 	}
 	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, nodes: deps.Nodes, ejector: deps.Ejector, reg: deps.Registry, log: deps.Logger,
-		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}}
+		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}, bodies: bytebudget.New(cfg.MaxBodyBufferBytes)}
 	s.stop, s.stopCancel = context.WithCancel(context.Background())
 	s.tracer, s.tracing = spans.Tracer(cfg.TracerProvider, tracerName), spans.Enabled(cfg.TracerProvider)
 	if s.health == nil {
@@ -107,7 +109,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		reg = deps.Registry
 	}
 	var err error
-	if s.met, err = newMetrics(reg); err != nil {
+	if s.met, err = newMetrics(reg, s.bodies); err != nil {
 		return nil, fmt.Errorf("frontdoor: register metrics: %w", err)
 	}
 	if et, ok := s.tok.(embeddedTokenizer); ok {

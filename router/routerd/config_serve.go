@@ -84,6 +84,9 @@ type ServeConfig struct {
 	// MaxInFlight bounds the front door's concurrent requests (429 beyond): 4096, see
 	// frontdoor.Config.MaxInFlight.
 	MaxInFlight int
+	// MaxBodyBufferBytes caps the request body bytes the front door holds across requests
+	// (429 beyond): 512 MiB, see frontdoor.DefaultMaxBodyBufferBytes.
+	MaxBodyBufferBytes int64
 	// BodyTimeout, FirstByteFloor, FirstByteCeiling and StreamIdleTimeout are the front door's
 	// deadlines (frontdoor.Config, where each default says why): 10 s, 2 s, 1 min, 1 min.
 	BodyTimeout, FirstByteFloor, FirstByteCeiling, StreamIdleTimeout time.Duration
@@ -175,6 +178,7 @@ func DefaultServeConfig() ServeConfig {
 		MinLoadBound:        routing.DefaultPolicyConfig().MinLoadBound,
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         frontdoor.DefaultConfig().MaxInFlight,
+		MaxBodyBufferBytes:  frontdoor.DefaultConfig().MaxBodyBufferBytes,
 		BodyTimeout:         frontdoor.DefaultConfig().BodyTimeout,
 		FirstByteFloor:      frontdoor.DefaultConfig().FirstByteFloor,
 		FirstByteCeiling:    frontdoor.DefaultConfig().FirstByteCeiling,
@@ -325,6 +329,9 @@ func (c ServeConfig) Validate() error {
 	if c.MaxInFlight <= 0 {
 		return bad("--max-inflight %d: must be positive", c.MaxInFlight)
 	}
+	if c.MaxBodyBufferBytes < 2*frontdoor.MaxBodyBytes {
+		return bad("--max-body-buffer-bytes %d: must hold twice the %d-byte body cap", c.MaxBodyBufferBytes, frontdoor.MaxBodyBytes)
+	}
 	if c.IndexMaxBytes < 0 {
 		return bad("--index-max-bytes %d: must not be negative", c.IndexMaxBytes)
 	}
@@ -436,6 +443,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.MinLoadBound, "min-load-bound", cfg.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in `requests` (as in sim; 0: the pure guard)")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `spec`: cl100k_base, bytes, hf:DIR (a model's tokenizer.json and chat template, exact in Go), render:URL (a vLLM render server), engine (front door only) or none")
 	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "front door: `requests` proxied at once before answering 429")
+	fs.Int64Var(&cfg.MaxBodyBufferBytes, "max-body-buffer-bytes", cfg.MaxBodyBufferBytes, "front door: request body `bytes` held across requests before answering 429 (at least twice the 8 MiB body cap)")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "front door: longest wait for a request body once admitted (408 beyond)")
 	fs.DurationVar(&cfg.FirstByteFloor, "first-byte-timeout-floor", cfg.FirstByteFloor, "front door: least wait for a stream's first byte from the engine (the deadline is 4x the node's expected TTFT, clamped)")
 	fs.DurationVar(&cfg.FirstByteCeiling, "first-byte-timeout-ceiling", cfg.FirstByteCeiling, "front door: longest wait for a stream's first byte from the engine before retrying elsewhere")

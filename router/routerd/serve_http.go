@@ -37,6 +37,7 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *rou
 	sc := frontdoor.DefaultStackConfig()
 	sc.Server.Tokenizer = cfg.Tokenizer
 	sc.Server.MaxInFlight = cfg.MaxInFlight
+	sc.Server.MaxBodyBufferBytes = cfg.MaxBodyBufferBytes
 	sc.Server.BodyTimeout = cfg.BodyTimeout
 	sc.Server.FirstByteFloor, sc.Server.FirstByteCeiling = cfg.FirstByteFloor, cfg.FirstByteCeiling
 	sc.Server.StreamIdleTimeout = cfg.StreamIdleTimeout
