@@ -1,10 +1,12 @@
 package router
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
@@ -89,4 +91,56 @@ prefixmesh_router_decided_uniform_matched_tokens_total 32
 	if n := testutil.CollectAndCount(col, "prefixmesh_router_node_info"); n != 1 {
 		t.Fatalf("node_info series after n2 left: %d, want 1", n)
 	}
+}
+
+// BenchmarkFleetCollector is the fleet series' cost per scrape (ns/op is one whole Gather) at
+// a large fleet's size. The baseline beside it holds the same number of per-node series in
+// GaugeVecs, set as they change, as a conventionally instrumented router would: the cost of
+// reading the view at scrape time instead is the difference.
+func BenchmarkFleetCollector(b *testing.B) {
+	const nodes = 1000
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	dec, err := routing.NewDecider(idx, routing.NewOverlay(0, 0), pol, routing.DeciderConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mirror fakeMirror
+	now := time.Unix(1000, 0)
+	for i := range nodes {
+		id := fmt.Sprintf("node-%d", i)
+		idx.ReplaceNode(id, 1, 1, []uint64{uint64(i + 1)})
+		mirror = append(mirror, cluster.NodeStatus{Meta: cluster.Meta{NodeID: id, Model: "m", KVCapacity: 4096}, Synced: true, LoadRecv: now})
+	}
+	b.Run("gaugevec-baseline", func(b *testing.B) {
+		const perNode = 14 // the fleet collector's per-node series
+		vecs := make([]*prometheus.GaugeVec, perNode)
+		reg := prometheus.NewRegistry()
+		for j := range vecs {
+			vecs[j] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: fmt.Sprintf("baseline_%d", j), Help: "h"}, []string{"node"})
+			reg.MustRegister(vecs[j])
+			for _, n := range mirror {
+				vecs[j].WithLabelValues(n.Meta.NodeID).Set(1)
+			}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := reg.Gather(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fleet-gather", func(b *testing.B) {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(NewFleetCollector(FleetSource{Mirror: mirror, Blocks: idx.NodeState, Decider: dec, Now: func() time.Time { return now }}))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := reg.Gather(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
