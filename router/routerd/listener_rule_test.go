@@ -3,6 +3,8 @@ package routerd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -132,7 +134,8 @@ func TestEndpointPickerRequiresClientCertificates(t *testing.T) {
 			"--gossip-listen", "127.0.0.1:0", "--insecure-gossip", "--node-id", "router-0",
 			"--raft-listen", "127.0.0.1:0", "--raft-dir", filepath.Join(dir, "raft"), "--tokenizer", "bytes",
 			"--ext-proc-listen", "127.0.0.1:0", "--ext-proc-tls-cert", serverCert, "--ext-proc-tls-key", serverKey,
-			"--ext-proc-tls-client-ca", ca.File, "--addr-file", addrFile}, logs, logs)
+			"--ext-proc-tls-client-ca", ca.File, "--metrics-listen", "127.0.0.1:0", "--metrics-tls-cert", serverCert,
+			"--metrics-tls-key", serverKey, "--metrics-tls-client-ca", ca.File, "--addr-file", addrFile}, logs, logs)
 	}()
 	stopped := false
 	stop := func() {
@@ -148,9 +151,26 @@ func TestEndpointPickerRequiresClientCertificates(t *testing.T) {
 		}
 	}
 	defer stop()
-	addr := waitAddrs(t, addrFile)["extproc"]
-	if addr == "" {
-		t.Fatal("no extproc address in the addr file")
+	addrs := waitAddrs(t, addrFile)
+	addr := addrs["extproc"]
+	if addr == "" || addrs["metrics"] == "" {
+		t.Fatalf("no extproc or metrics address in the addr file: %v", addrs)
+	}
+	// --metrics-listen with --metrics-tls-*: Prometheus without a client certificate is refused.
+	scrape := func(cfg *tls.Config) (int, error) {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: clusterWait}
+		resp, err := c.Get("https://" + addrs["metrics"] + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := scrape(ca.ClientConfig(t, "", "")); err == nil {
+		t.Errorf("metrics scraped without a client certificate: %d", code)
+	}
+	if code, err := scrape(ca.ClientConfig(t, gwCert, gwKey)); err != nil || code != http.StatusOK {
+		t.Errorf("metrics with a client certificate: %d %v", code, err)
 	}
 	dial := func(cfg *credentials.TransportCredentials) *grpc.ClientConn {
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(*cfg))
@@ -194,7 +214,7 @@ func TestEndpointPickerRequiresClientCertificates(t *testing.T) {
 	for _, want := range []string{
 		`listener="endpoint picker (ext_proc)"`, `protection=mTLS allowed_by=--ext-proc-tls-client-ca`,
 		`listener="gRPC (Router, Pins)"`, `listener="HTTP front door"`, `listener="Raft (pin store)"`,
-		`allowed_by="loopback address"`,
+		`allowed_by="loopback address"`, `listener=metrics flag=--metrics-listen`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the start-up log lacks %s:\n%s", want, out)
