@@ -2,20 +2,23 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// PinnedPicker makes a front-door Picker respect placement pins: for a pinned adapter every node
-// the source lists outside the adapter's pin set is added to the picker's exclusions, so the
-// policy chooses among the pinned nodes only (and answers ErrNoNodes when none of them can
-// serve); unpinned adapters pass through unchanged. The pin table is read locally per request.
-// Nodes should be the source the wrapped picker reads. A node that joins between the two reads
-// of one request is not in the exclusions (the picker's NodeSource sees no request, so the
-// filter cannot live there); should the picker choose it, the pick is given back and the
-// request re-picked without it, so a pinned adapter never leaves its nodes.
+// PinnedPicker makes a front-door Picker respect placement pins: for a pinned adapter the
+// request's allowed set (PickRequest.Allowed) becomes the adapter's pin set, intersected with
+// any set it already had (a gateway's subset hint), so the policy chooses among the pinned nodes
+// only (and answers ErrNoNodes when none of them can serve); unpinned adapters pass through
+// unchanged. The pin table is read locally per request and the set built once, O(pins): the
+// picker tests each node against it in O(1) as it lists the nodes, so a node that joins
+// mid-request is judged like any other. Should a picker that ignores Allowed choose a node
+// outside the pins, the pick is given back and the request re-picked without it, so a pinned
+// adapter never leaves its nodes. Nodes names the nodes for the error when none is pinned.
 type PinnedPicker struct {
 	Picker frontdoor.Picker
 	Nodes  frontdoor.NodeSource
@@ -30,21 +33,24 @@ func (p PinnedPicker) Pick(ctx context.Context, req *frontdoor.PickRequest, excl
 	if allowed == nil {
 		return p.Picker.Pick(ctx, req, exclude)
 	}
-	ex := slices.Clip(exclude)
-	some := false
-	for _, n := range p.Nodes.Nodes() {
-		if allowed(n.Info.ID) {
-			some = true
-		} else if !slices.Contains(ex, n.Info.ID) {
-			ex = append(ex, n.Info.ID)
+	if req.Allowed != nil {
+		both := routing.NewNodeSet()
+		for _, id := range pinned {
+			if req.Allowed.Has(id) {
+				both.Add(id)
+			}
 		}
+		allowed = both
 	}
-	if !some {
-		return frontdoor.Pick{}, fmt.Errorf("%w: adapter %d is pinned to %v, none of which is known", frontdoor.ErrNoNodes, req.AdapterID, pinned)
-	}
+	r := *req
+	r.Allowed = allowed
+	ex := slices.Clip(exclude)
 	for range maxRepicks {
-		pick, err := p.Picker.Pick(ctx, req, ex)
-		if err != nil || allowed(pick.NodeID) {
+		pick, err := p.Picker.Pick(ctx, &r, ex)
+		if errors.Is(err, frontdoor.ErrNoNodes) {
+			return pick, fmt.Errorf("%w: adapter %d is pinned to %v: %w", frontdoor.ErrNoNodes, req.AdapterID, pinned, err)
+		}
+		if err != nil || allowed.Has(pick.NodeID) {
 			return pick, err
 		}
 		pick.Done(frontdoor.Outcome{CachedTokens: -1}) // never sent: give the load back
@@ -53,8 +59,8 @@ func (p PinnedPicker) Pick(ctx context.Context, req *frontdoor.PickRequest, excl
 	return frontdoor.Pick{}, fmt.Errorf("%w: adapter %d is pinned to %v; the picker kept choosing other nodes", frontdoor.ErrNoNodes, req.AdapterID, pinned)
 }
 
-// maxRepicks bounds re-picks after a node that joined mid-request was chosen: each needs a new
-// node to appear between two reads of the node list microseconds apart, so a handful is plenty.
+// maxRepicks bounds re-picks after a picker chose a node outside the pins (one that ignores
+// PickRequest.Allowed): each re-pick excludes one more node, and a handful is plenty.
 const maxRepicks = 4
 
 // Models implements frontdoor.Picker.

@@ -74,24 +74,29 @@ func TestRouteRespectsPins(t *testing.T) {
 	}
 }
 
-// recordingPicker records the exclusions it was asked to honour and answers the first of
-// answers not excluded ("b" when none is).
+// recordingPicker records the exclusions and the allowed set it was asked to honour and answers
+// the first of answers (else of a, b, c, d) not excluded and allowed (with ignoreAllowed, not
+// excluded), or ErrNoNodes.
 type recordingPicker struct {
-	exclude []string
-	answers []string
-	done    int // Done calls
+	exclude       []string
+	allowed       *routing.NodeSet
+	answers       []string
+	ignoreAllowed bool
+	done          int // Done calls
 }
 
-func (r *recordingPicker) Pick(_ context.Context, _ *frontdoor.PickRequest, exclude []string) (frontdoor.Pick, error) {
-	r.exclude = append([]string(nil), exclude...)
-	id := "b"
-	for _, a := range r.answers {
-		if !slices.Contains(exclude, a) {
-			id = a
-			break
+func (r *recordingPicker) Pick(_ context.Context, req *frontdoor.PickRequest, exclude []string) (frontdoor.Pick, error) {
+	r.exclude, r.allowed = append([]string(nil), exclude...), req.Allowed
+	cands := r.answers
+	if cands == nil {
+		cands = []string{"a", "b", "c", "d"}
+	}
+	for _, a := range cands {
+		if !slices.Contains(exclude, a) && (r.ignoreAllowed || req.Allowed == nil || req.Allowed.Has(a)) {
+			return frontdoor.Pick{NodeID: a, Done: func(frontdoor.Outcome) { r.done++ }}, nil
 		}
 	}
-	return frontdoor.Pick{NodeID: id, Done: func(frontdoor.Outcome) { r.done++ }}, nil
+	return frontdoor.Pick{}, frontdoor.ErrNoNodes
 }
 
 func (r *recordingPicker) Models() []string { return []string{"m"} }
@@ -110,21 +115,28 @@ func TestPinnedPicker(t *testing.T) {
 	inner := &recordingPicker{}
 	p := PinnedPicker{Picker: inner, Nodes: fixedNodes{"a", "b", "c", "d"}, Pins: fakePins{7: {"b", "d"}, 8: {"gone"}}}
 	ctx := context.Background()
-	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7}, []string{"d"}); err != nil {
-		t.Fatal(err)
+	// The pins reach the picker as its allowed set, not as exclusions; the caller's
+	// exclusions pass through as they were.
+	if pk, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7}, []string{"d"}); err != nil || pk.NodeID != "b" {
+		t.Fatalf("adapter 7: %q %v, want b", pk.NodeID, err)
 	}
-	slices.Sort(inner.exclude)
-	if !slices.Equal(inner.exclude, []string{"a", "c", "d"}) {
-		t.Fatalf("adapter 7 excluded %v, want a, c (unpinned) and d (the caller's)", inner.exclude)
+	if !slices.Equal(inner.exclude, []string{"d"}) || inner.allowed == nil || inner.allowed.Len() != 2 || !inner.allowed.Has("b") || !inner.allowed.Has("d") {
+		t.Fatalf("adapter 7: excluded %v, allowed %v; want d excluded and {b, d} allowed", inner.exclude, inner.allowed)
 	}
-	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 1}, []string{"d"}); err != nil || !slices.Equal(inner.exclude, []string{"d"}) {
-		t.Fatalf("unpinned adapter excluded %v (%v), want just the caller's", inner.exclude, err)
+	// A set the request already had (a gateway's subset hint) is intersected with the pins.
+	if pk, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7, Allowed: routing.NewNodeSet("a", "d")}, nil); err != nil || pk.NodeID != "d" ||
+		inner.allowed.Len() != 1 || !inner.allowed.Has("d") {
+		t.Fatalf("adapter 7 within {a, d}: %q %v, allowed %v; want d alone", pk.NodeID, err, inner.allowed)
+	}
+	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 1}, []string{"d"}); err != nil || !slices.Equal(inner.exclude, []string{"d"}) || inner.allowed != nil {
+		t.Fatalf("unpinned adapter excluded %v, allowed %v (%v), want just the caller's exclusion", inner.exclude, inner.allowed, err)
 	}
 	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 8}, nil); !errors.Is(err, frontdoor.ErrNoNodes) {
 		t.Fatalf("adapter pinned to no known node: %v, want ErrNoNodes", err)
 	}
-	// A node the source did not list (it joined mid-request) is given back and re-picked.
-	inner.answers = []string{"new", "d"}
+	// A picker that ignores the allowed set and chooses outside the pins has its pick given
+	// back, and the request is re-picked without that node.
+	inner.answers, inner.ignoreAllowed = []string{"new", "d"}, true
 	pick, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7}, nil)
 	if err != nil || pick.NodeID != "d" || inner.done != 1 {
 		t.Fatalf("after a pick outside the pins: %q, %v, %d picks given back; want d, 1", pick.NodeID, err, inner.done)

@@ -245,7 +245,11 @@ func (s *Server) candidates(sc *scratch, req *pb.RouteRequest) error {
 	allowed, pinned := allowedFilter(s.pins, req.GetAdapterId())
 	// The same eligibility as the front door's picker (routing.Eligibility): pins, ejections,
 	// draining, model; the decider applies the in-flight cap and gives a cold node no affinity.
-	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, &routing.Eligibility{Model: req.GetModel(), Allowed: allowed, Ejected: s.ejected})
+	el := routing.Eligibility{Model: req.GetModel(), Ejected: s.ejected}
+	if allowed != nil {
+		el.Allowed = allowed.Has
+	}
+	sc.eligible = routing.AppendEligible(sc.eligible[:0], sn.Nodes, &el)
 	if len(sc.eligible) == 0 && allowed != nil {
 		return status.Errorf(codes.Unavailable, "route: no eligible node (of %d synced) for model %q: adapter %d is pinned to %v",
 			len(sn.Nodes), req.GetModel(), req.GetAdapterId(), pinned)

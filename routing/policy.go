@@ -231,12 +231,52 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 // ejected, draining, dead, serving another model, outside an adapter's pins or already tried is
 // never chosen by one door and avoided by another. A cold node stays eligible (the Decider gives
 // it no affinity) and the per-node in-flight cap is the Decider's, applied to what is eligible.
+//
+// Eligible is one predicate evaluated once per node, each part in O(1), so listing n nodes costs
+// O(n) whatever the request's constraints: sets that name many nodes (an adapter's pins, a
+// gateway's subset hint) come as a membership test built once per request (NodeSet.Has), never as
+// a list scanned per node (which made a pick over 1,000 nodes pinned to one cost 1,000 × 999
+// comparisons).
 type Eligibility struct {
-	Model   string               // the base model; "" allows any
-	Allowed func(id string) bool // an adapter's pins; nil allows every node
-	Exclude []string             // nodes this request has already tried
+	Model string // the base model; "" allows any
+	// Allowed is the request's allowed set (an adapter's pins, a gateway's subset hint, or both
+	// intersected); nil allows every node. It must answer in O(1): NodeSet.Has.
+	Allowed func(id string) bool
+	// Exclude lists the nodes this request has already tried: at most a few (a retry on the
+	// next-best node), so a scan; a set of many nodes goes in Allowed.
+	Exclude []string
 	Ejected func(id string) bool // passive health's ejections; nil ejects none
 }
+
+// NodeSet is a set of node ids, built once per request in O(its size) so that membership is
+// O(1) per node (Eligibility.Allowed). The zero value is an empty set.
+type NodeSet struct{ m map[string]struct{} }
+
+// NewNodeSet returns the set of ids.
+func NewNodeSet(ids ...string) *NodeSet {
+	s := &NodeSet{m: make(map[string]struct{}, len(ids))}
+	for _, id := range ids {
+		s.m[id] = struct{}{}
+	}
+	return s
+}
+
+// Add puts id in the set.
+func (s *NodeSet) Add(id string) {
+	if s.m == nil {
+		s.m = make(map[string]struct{})
+	}
+	s.m[id] = struct{}{}
+}
+
+// Has reports whether id is in the set.
+func (s *NodeSet) Has(id string) bool {
+	_, ok := s.m[id]
+	return ok
+}
+
+// Len is the number of ids in the set.
+func (s *NodeSet) Len() int { return len(s.m) }
 
 // Eligible reports whether n may serve the request.
 func (e *Eligibility) Eligible(n *NodeInfo) bool {

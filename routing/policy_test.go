@@ -432,3 +432,20 @@ func TestChooseDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// Eligibility is one predicate per node: listing 1,000 nodes of which the allowed set keeps one
+// asks the set once per node, and nothing is scanned per node.
+func TestEligibilityOnePredicatePerNode(t *testing.T) {
+	const n = 1000
+	nodes := make([]NodeInfo, n)
+	for i := range nodes {
+		nodes[i] = NodeInfo{ID: fmt.Sprintf("n%04d", i), Alive: true, Model: "m"}
+	}
+	set := NewNodeSet(nodes[n-1].ID)
+	calls := 0
+	el := Eligibility{Model: "m", Allowed: func(id string) bool { calls++; return set.Has(id) }}
+	got := AppendEligible(nil, nodes, &el)
+	if len(got) != 1 || got[0] != n-1 || calls != n {
+		t.Fatalf("eligible %v after %d membership tests, want [%d] after %d", got, calls, n-1, n)
+	}
+}

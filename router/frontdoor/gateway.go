@@ -13,6 +13,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
+	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // GatewayRequest is a request that a gateway proxies itself and only asks the router where to
@@ -23,8 +24,9 @@ type GatewayRequest struct {
 	Path   string      // the request's :path; a query string is ignored
 	Header http.Header // read for X-Session-ID; may be nil
 	Body   []byte      // the whole body; nil or empty for a request without one
-	// Exclude lists node ids the picker must not choose (a gateway's subset hint, inverted).
-	Exclude []string
+	// Allowed, when not nil, is the node ids the picker may choose (a gateway's subset hint),
+	// built once per request: PickRequest.Allowed.
+	Allowed *routing.NodeSet
 	// Alternates asks for up to this many next-best nodes (the gateway's fallback list).
 	Alternates int
 }
@@ -69,7 +71,7 @@ var errServedElsewhere = errors.New("frontdoor: the gateway served the request o
 // exactly) is routed by load alone, and the engine answers it as it would anyway.
 func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*GatewayPick, error) {
 	start := time.Now()
-	preq := PickRequest{Alternates: r.Alternates}
+	preq := PickRequest{Alternates: r.Alternates, Allowed: r.Allowed}
 	prompt, stream := -1, false
 	path, _, _ := strings.Cut(r.Path, "?")
 	chat := path == "/v1/chat/completions"
@@ -109,7 +111,7 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 		}
 	}
 	dctx, decide := s.startSpan(ctx, spans.SpanDecide, trace.SpanKindInternal)
-	pk, err := s.picker.Pick(dctx, &preq, r.Exclude)
+	pk, err := s.picker.Pick(dctx, &preq, nil)
 	if err != nil {
 		spanError(decide, err.Error())
 		decide.End()

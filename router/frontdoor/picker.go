@@ -10,9 +10,10 @@ import (
 // Picker chooses the node that serves a request. The router's view of the cluster implements it
 // (PolicyPicker does, over any NodeSource). Implementations are safe for concurrent use.
 type Picker interface {
-	// Pick chooses a node for req, never one whose id is in exclude. It returns ErrNoNodes when
-	// no node can serve the request (none alive, none serving the model, all excluded or
-	// ejected) and ErrOverloaded when every candidate is over its load bound. The caller must
+	// Pick chooses a node for req, never one whose id is in exclude (the few nodes the request
+	// already tried) nor, when req.Allowed is set, one outside it. It returns ErrNoNodes when
+	// no node can serve the request (none alive, none serving the model, none allowed, all
+	// excluded or ejected) and ErrOverloaded when every candidate is over its load bound. The caller must
 	// call the returned Pick's Done exactly once.
 	Pick(ctx context.Context, req *PickRequest, exclude []string) (Pick, error)
 	// Models returns the union of the models the nodes serve, sorted.
@@ -28,6 +29,11 @@ type PickRequest struct {
 	// Alternates asks for up to this many next-best nodes in Pick.Alternates (a gateway's
 	// fallback list); 0, the front door's case, asks for none and allocates nothing.
 	Alternates int
+	// Allowed, when not nil, is the only nodes the pick may choose: an adapter's placement pins
+	// (router.PinnedPicker), a gateway's subset hint, or both intersected. A set, tested once per
+	// node in O(1) (routing.Eligibility.Allowed), so that a request allowed few of many nodes
+	// costs a pass over the nodes, not an exclusion list scanned per node.
+	Allowed *routing.NodeSet
 }
 
 // Pick is a routing decision. Done must be called exactly once, when the request has ended (it

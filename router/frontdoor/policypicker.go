@@ -157,9 +157,13 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 		sc = new(pickScratch)
 	}
 	defer p.scratch.Put(sc)
-	// The same eligibility as gRPC Route (routing.Eligibility); pins come in as exclusions
-	// (router.PinnedPicker), the in-flight cap and cold nodes are the decider's.
+	// The same eligibility as gRPC Route (routing.Eligibility); pins and a gateway's subset
+	// hint come in as req.Allowed (router.PinnedPicker, PickForGateway), the nodes already tried
+	// as exclude, the in-flight cap and cold nodes are the decider's.
 	el := routing.Eligibility{Model: req.Model, Exclude: exclude, Ejected: p.ejected}
+	if req.Allowed != nil {
+		el.Allowed = req.Allowed.Has
+	}
 	if !p.list(sc, &el) {
 		return Pick{}, ErrNoNodes
 	}
