@@ -93,13 +93,18 @@ echo "== go test -race"
 drills_report="$(mktemp)"
 trap 'rm -f "$drills_report"' EXIT
 status=0
-PREFIXMESH_DRILLS_REPORT="$drills_report" go test -race -count=1 -timeout 30m ./... || status=$?
+# scripts/gotest-summary.py prints what plain `go test` would (each package's closing line, the
+# output of failed tests) and the counts; in CI a package whose every test skipped fails the run,
+# since a suite that skipped everything has not passed.
+summary=(scripts/gotest-summary.py)
+if in_ci; then summary+=(--fail-all-skipped); fi
+PREFIXMESH_DRILLS_REPORT="$drills_report" go test -race -count=1 -timeout 30m -json ./... | "${summary[@]}" || status=$?
 
 echo "== allocation tests without the race detector (they skip under it)"
-go test -count=1 -run 'Allocs' ./... | grep -v 'no tests to run' || status=$?
+go test -count=1 -json -run 'Allocs' ./... | "${summary[@]}" || status=$?
 
 echo "== the tokenizer's whole code-point sweep without the race detector (under it, every 16th block)"
-go test -count=1 -run 'CodePointSweep' ./tokenizer/ || status=$?
+go test -count=1 -json -run 'CodePointSweep' ./tokenizer/ | "${summary[@]}" || status=$?
 
 if [ -s "$drills_report" ]; then
   echo "== fault drill figures (internal/drills)"
