@@ -18,6 +18,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -49,6 +50,10 @@ type Config struct {
 	// decide with the same code and state (Policy and PolicyConfig are then the decider's); nil
 	// builds one over the view's index with an overlay of its own.
 	Decider *routing.Decider
+	// Flow, when set, is flow control (router/flow), shared with the other doors: each Route
+	// (but a dry run) is admitted by it before it is tokenised and decided; a request it sheds
+	// is answered ResourceExhausted with the reason and a retry-after trailer. nil: off.
+	Flow flow.Admitter
 	// TracerProvider, when set and not the no-op provider (internal/tracing), traces each Route
 	// call: a server span whose parent is the caller's traceparent (gRPC metadata), with tokenize
 	// (text prompts) and decide under it. nil (default): no span work at all.
@@ -72,7 +77,8 @@ type Server struct {
 	metrics *metrics
 	pool    sync.Pool // *scratch
 	tracer  trace.Tracer
-	tracing bool // cfg.TracerProvider records (trace.go)
+	tracing bool          // cfg.TracerProvider records (trace.go)
+	flow    flow.Admitter // nil: off
 }
 
 type scratch struct {
@@ -104,7 +110,7 @@ func NewServer(view *View, cfg Config, reg prometheus.Registerer) (*Server, erro
 	if err != nil {
 		return nil, fmt.Errorf("router: register metrics: %w", err)
 	}
-	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m,
+	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m, flow: cfg.Flow,
 		tracer: spans.Tracer(cfg.TracerProvider, tracerName), tracing: spans.Enabled(cfg.TracerProvider)}
 	if cfg.Ejector != nil {
 		s.ejected = cfg.Ejector.Ejected
@@ -143,13 +149,22 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		return nil, status.Errorf(codes.InvalidArgument, "route: tokens: %v", capErr)
 	case len(tokens) == 0 && req.GetText() == "":
 		return nil, status.Error(codes.InvalidArgument, "route: tokens or text is required")
-	case len(tokens) == 0:
-		if s.tok == nil {
-			return nil, status.Error(codes.InvalidArgument, "route: text: this router has no tokenizer; send tokens")
+	case len(tokens) == 0 && s.tok == nil:
+		return nil, status.Error(codes.InvalidArgument, "route: text: this router has no tokenizer; send tokens")
+	case len(tokens) == 0 && len(req.GetText()) > MaxTextBytes:
+		return nil, status.Errorf(codes.InvalidArgument, "route: text: %d bytes (max %d)", len(req.GetText()), MaxTextBytes)
+	}
+	if s.flow != nil && !req.GetDryRun() {
+		// Flow control at the front door's point: the request is valid, not yet tokenised. The
+		// router never sees the request itself, so it is released with the decision. A dry run
+		// is a probe and is never queued.
+		release, err := s.admitFlow(ctx, req.GetModel())
+		if err != nil {
+			return nil, err
 		}
-		if len(req.GetText()) > MaxTextBytes {
-			return nil, status.Errorf(codes.InvalidArgument, "route: text: %d bytes (max %d)", len(req.GetText()), MaxTextBytes)
-		}
+		defer release()
+	}
+	if len(tokens) == 0 {
 		var err error
 		tspan := s.tokenizeSpan(ctx)
 		tokens, err = tokenizer.EncodePrompt(context.Background(), s.tok, req.GetText())

@@ -21,6 +21,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/node/simengine"
 	"github.com/prefixmesh/prefixmesh/router/extproc/fakegw"
+	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -99,6 +100,7 @@ type rigOpts struct {
 	// engines replaces the simulated engine of the nodes it lists (by index) with a handler.
 	engines map[int]http.Handler
 	health  frontdoor.HealthReporter // the front door's passive health (none when nil)
+	flow    flow.Admitter            // the front door's flow control (none when nil)
 }
 
 func newRig(t tb, o rigOpts) *rig {
@@ -142,7 +144,7 @@ func newRig(t tb, o rigOpts) *rig {
 	}
 	fcfg := frontdoor.DefaultConfig()
 	fcfg.Tokenizer = "cl100k_base"
-	if r.fd, err = frontdoor.New(fcfg, frontdoor.Deps{Picker: r.picker, Nodes: r.list, Health: o.health}); err != nil {
+	if r.fd, err = frontdoor.New(fcfg, frontdoor.Deps{Picker: r.picker, Nodes: r.list, Health: o.health, Flow: o.flow}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()

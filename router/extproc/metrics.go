@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	const ns, sub = "prefixmesh", "extproc"
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
-			Help: "Endpoint picks by result: prefix (routed on the prompt's tokens), load (no prompt to read), no_nodes, overloaded, subset_empty."}, []string{"result"}),
+			Help: "Endpoint picks by result: prefix (routed on the prompt's tokens), load (no prompt to read), no_nodes, overloaded, subset_empty, shed (flow control's 429)."}, []string{"result"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "outcomes_total",
 			Help: "Routed requests by how they ended: the response's status class (2xx, 4xx, 5xx), none (no response), served_elsewhere (the gateway used a fallback)."}, []string{"class"}),
 		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stream_errors_total",
@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Request body bytes held across streams now."}),
 	}
 	// Known label values exist at 0 from the start: a rate over them reads 0, not "no data".
-	for _, r := range []string{"prefix", "load", "no_nodes", "overloaded", "subset_empty"} {
+	for _, r := range []string{"prefix", "load", "no_nodes", "overloaded", "subset_empty", "shed"} {
 		m.decisions.WithLabelValues(r)
 	}
 	for _, c := range []string{"2xx", "4xx", "5xx", "none", "served_elsewhere"} {

@@ -69,6 +69,9 @@ type Server struct {
 	health  *health.Server
 	tracer  trace.Tracer
 	tracing bool // cfg.TracerProvider records (trace.go)
+	// flowHeaders: the picker runs flow control (frontdoor.Server.FlowControl), so the request
+	// headers it reads for class and tenant are passed to it.
+	flowHeaders bool
 
 	streams  atomic.Int64       // streams open now
 	buffered *bytebudget.Budget // request body bytes held across streams, within MaxBufferedBytes
@@ -100,6 +103,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, picker: deps.Picker, nodes: deps.Nodes, met: met, log: log, health: health.NewServer(),
 		readers: newReaders(), buffered: bytebudget.New(cfg.MaxBufferedBytes), tracer: spans.Tracer(cfg.TracerProvider, tracerName), tracing: spans.Enabled(cfg.TracerProvider)}
+	if f, ok := deps.Picker.(interface{ FlowControl() bool }); ok {
+		s.flowHeaders = f.FlowControl()
+	}
 	s.health.SetServingStatus(ServiceLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.SetReady(false)
 	return s, nil

@@ -16,9 +16,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/prefixmesh/prefixmesh/internal/openai"
+	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
+
+// flowHeaderNames are the request headers flow control reads (lower case, as Envoy sends them).
+var flowHeaderNames = func() []string {
+	out := []string{strings.ToLower(flow.HeaderPriority)}
+	for _, k := range flow.TenantHeaders {
+		out = append(out, strings.ToLower(k))
+	}
+	return out
+}()
 
 // stream is one ext_proc stream's state: one HTTP request, then its response. mu guards every
 // field below s, ctx and send (the reader and the deadline watcher of Process share them).
@@ -117,6 +127,15 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 	if v := headerValue(hm, frontdoor.HeaderSessionID); v != "" {
 		st.header.Set(frontdoor.HeaderSessionID, v)
 	}
+	if st.s.flowHeaders {
+		// Flow control's class and tenant (router/flow), read by the pick as the front door reads
+		// them: only when flow control is on, so the picker's own path copies nothing more.
+		for _, k := range flowHeaderNames {
+			if v := headerValue(hm, k); v != "" {
+				st.header.Set(k, v)
+			}
+		}
+	}
 	st.subset, st.haveSubset = subsetHint(req.GetMetadataContext())
 	if st.s.tracing {
 		st.startSpan(hm)
@@ -207,6 +226,24 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 			// the front door answers it, and counted with the bodies over the byte cap.
 			st.s.met.streamErrors.WithLabelValues("too_large").Inc()
 			return true, st.send(immediate(typev3.StatusCode(oe.Status), oe.Code, oe.Message))
+		}
+		var se *flow.ShedError
+		if errors.As(err, &se) {
+			// Shed by flow control: the front door's 429, its Retry-After and the reason.
+			st.s.met.decisions.WithLabelValues("shed").Inc()
+			resp := immediate(typev3.StatusCode_TooManyRequests, "router_overloaded", se.Error())
+			im := resp.GetImmediateResponse()
+			im.Headers.SetHeaders = append(im.Headers.SetHeaders, setHeader(strings.ToLower(flow.HeaderDroppedReason), string(se.Reason)))
+			return true, st.send(resp)
+		}
+		if errors.Is(err, flow.ErrNoNodes) {
+			st.s.met.decisions.WithLabelValues("no_nodes").Inc()
+			return true, st.send(immediate(typev3.StatusCode_ServiceUnavailable, "no_nodes_available",
+				"no node can serve this request: none serves its model"))
+		}
+		if st.ctx.Err() != nil {
+			// The gateway went away while the request waited in flow control's queue.
+			return true, nil
 		}
 		if errors.Is(err, frontdoor.ErrOverloaded) {
 			st.s.met.decisions.WithLabelValues("overloaded").Inc()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,27 @@ const (
 // llm-d's fairness id and its former name, so requests through an llm-d gateway keep their
 // tenants.
 var TenantHeaders = [...]string{HeaderTenant, "X-Llm-D-Inference-Fairness-Id", "X-Gateway-Inference-Fairness-Id"}
+
+// TenantOf is the request's tenant from its headers (TenantHeaders, the first present).
+func TenantOf(h http.Header) string {
+	for _, k := range TenantHeaders {
+		if v := h.Get(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Admitter is what a door calls: Controller implements it.
+type Admitter interface {
+	Admit(ctx context.Context, r Request) (release func(), err error)
+}
+
+var _ Admitter = (*Controller)(nil)
+
+// RetryAfterSeconds is the Retry-After of a shed request (the doors' own default, 1 s):
+// capacity frees as requests complete, within seconds.
+const RetryAfterSeconds = "1"
 
 // maxTenantBytes bounds a tenant key: a queue holds at most Limits.MaxTotal of them.
 const maxTenantBytes = 128

@@ -73,6 +73,15 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 	start := time.Now()
 	preq := PickRequest{Alternates: r.Alternates, Allowed: r.Allowed}
 	prompt, stream := -1, false
+	// release is flow control's, once admitted (Server.admitFlow): handed to the pick's Done, or
+	// given back here when no pick is made.
+	var release func()
+	admitted := false
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
 	path, _, _ := strings.Cut(r.Path, "?")
 	chat := path == "/v1/chat/completions"
 	if len(r.Body) > 0 && (chat || path == "/v1/completions") {
@@ -94,6 +103,13 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 			base, adapter, err := resolveModel(s.picker.Models(), g.model, derefU64(g.adapterField), g.adapterField != nil)
 			if err == nil {
 				preq.Model, preq.AdapterID = base, adapter
+				if s.flow != nil {
+					// The front door's point: the model known, before tokenising.
+					admitted = true
+					if release, err = s.admitFlow(ctx, base, h); err != nil {
+						return nil, err
+					}
+				}
 				if g.batch == nil {
 					// A batch goes to one node as it is (the gateway cannot split it):
 					// by load, within its model.
@@ -110,12 +126,29 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 			}
 		}
 	}
+	if s.flow != nil && !admitted {
+		// Not read as a generation request of a known model: admitted over every node.
+		h := r.Header
+		if h == nil {
+			h = http.Header{}
+		}
+		var err error
+		if release, err = s.admitFlow(ctx, preq.Model, h); err != nil {
+			return nil, err
+		}
+	}
 	dctx, decide := s.startSpan(ctx, spans.SpanDecide, trace.SpanKindInternal)
 	pk, err := s.picker.Pick(dctx, &preq, nil)
 	if err != nil {
 		spanError(decide, err.Error())
 		decide.End()
 		return nil, err
+	}
+	if release != nil {
+		// Given back when the pick ends, after its in-flight count (Done is called once).
+		done, rel := pk.Done, release
+		pk.Done = func(o Outcome) { done(o); rel() }
+		release = nil
 	}
 	decided(decide, &pk, prompt, 0)
 	return &GatewayPick{Pick: pk, PromptTokens: prompt, Stream: stream, s: s, start: start}, nil

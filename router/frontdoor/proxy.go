@@ -130,6 +130,16 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 		s.writeErr(w, err, lg)
 		return
 	}
+	if s.flow != nil {
+		release, err := s.admitFlow(r.Context(), base, r.Header)
+		if err != nil {
+			s.flowRefused(w, r, err, lg)
+			return
+		}
+		// After the proxy has given back the decision's in-flight count (Pick.Done), so that
+		// the requests this one's end releases see the capacity it freed.
+		defer release()
+	}
 	tctx, tspan := s.tokenizeSpan(r.Context(), g)
 	toks, err := s.promptTokens(tctx, g, base)
 	tokenized(tspan, len(toks), err)

@@ -23,6 +23,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
+	"github.com/prefixmesh/prefixmesh/router/flow"
 )
 
 // Deps are the front door's collaborators.
@@ -39,6 +40,10 @@ type Deps struct {
 	Registry *prometheus.Registry
 	// Logger receives one line per request (nil: discarded).
 	Logger *slog.Logger
+	// Flow, when set, is flow control (router/flow): every routed request, through the front
+	// door or the gateway's endpoint picker, is admitted by it once its model is known and
+	// before it is tokenised and decided. nil: no flow control.
+	Flow flow.Admitter
 }
 
 // Server is the HTTP front door. Build it with New; serve Handler yourself or call Start, and
@@ -55,7 +60,8 @@ type Server struct {
 	reg     *prometheus.Registry
 	log     *slog.Logger
 	tracer  trace.Tracer
-	tracing bool // cfg.TracerProvider records: spans are made (trace.go)
+	tracing bool          // cfg.TracerProvider records: spans are made (trace.go)
+	flow    flow.Admitter // nil: off
 	created int64
 	adm     admission
 	bodies  *bytebudget.Budget // request body bytes held, within MaxBodyBufferBytes (body.go)
@@ -78,7 +84,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Picker == nil {
 		return nil, fmt.Errorf("%w: nil Picker", ErrConfig)
 	}
-	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, nodes: deps.Nodes, ejector: deps.Ejector, reg: deps.Registry, log: deps.Logger,
+	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, nodes: deps.Nodes, ejector: deps.Ejector, reg: deps.Registry, log: deps.Logger, flow: deps.Flow,
 		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}, bodies: bytebudget.New(cfg.MaxBodyBufferBytes)}
 	s.stop, s.stopCancel = context.WithCancel(context.Background())
 	s.tracer, s.tracing = spans.Tracer(cfg.TracerProvider, tracerName), spans.Enabled(cfg.TracerProvider)

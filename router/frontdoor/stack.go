@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -26,6 +27,8 @@ type StackConfig struct {
 	// WrapPicker, when set, wraps the PolicyPicker before the server uses it (for example
 	// router.PinnedPicker, to respect placement pins).
 	WrapPicker func(Picker) Picker
+	// Flow, when set, is flow control (Deps.Flow).
+	Flow flow.Admitter
 }
 
 // DefaultStackConfig returns the defaults of each part and the default policy.
@@ -74,7 +77,7 @@ func NewStack(cfg StackConfig, nodes NodeSource, idx *routing.Index, reg *promet
 	if cfg.WrapPicker != nil {
 		pk = cfg.WrapPicker(p)
 	}
-	s, err := New(cfg.Server, Deps{Picker: pk, Health: h, Nodes: nodes, Ejector: h, Registry: reg, Logger: logger})
+	s, err := New(cfg.Server, Deps{Picker: pk, Health: h, Nodes: nodes, Ejector: h, Registry: reg, Logger: logger, Flow: cfg.Flow})
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -90,6 +91,22 @@ type ServeConfig struct {
 	// BodyTimeout, FirstByteFloor, FirstByteCeiling and StreamIdleTimeout are the front door's
 	// deadlines (frontdoor.Config, where each default says why): 10 s, 2 s, 1 min, 1 min.
 	BodyTimeout, FirstByteFloor, FirstByteCeiling, StreamIdleTimeout time.Duration
+	// Flow control (router/flow), off unless FlowControl: with it, every door queues requests
+	// while the fleet serving their model is saturated, by priority class and tenant, and sheds
+	// with 429 beyond the bounds. Off by default because it changes who is refused under
+	// overload; the thresholds' and bounds' defaults (flow.DefaultConfig) say why each.
+	FlowControl bool
+	// PriorityDefault is each model's class for requests that name none: "model=class,...".
+	PriorityDefault string
+	// FlowQueueThreshold, FlowKVThreshold and FlowStaleAfter say when a node is saturated
+	// (flow.Thresholds): 5 waiting requests, 0.8 KV utilisation, a load report 1 s old.
+	FlowQueueThreshold, FlowKVThreshold float64
+	FlowStaleAfter                      time.Duration
+	// FlowMaxQueued bounds the queue over all classes (1,024); FlowClassQueued each class
+	// ("critical=1024,standard=1024,sheddable=256"); FlowMaxWait each class's longest wait
+	// ("critical=1m0s,standard=30s,sheddable=10s").
+	FlowMaxQueued                int
+	FlowClassQueued, FlowMaxWait string
 	// CORSOrigins, comma-separated ("*" for any), makes the front door answer browsers from
 	// these origins; empty (default): no CORS headers.
 	CORSOrigins string
@@ -184,6 +201,12 @@ func DefaultServeConfig() ServeConfig {
 		FirstByteCeiling:    frontdoor.DefaultConfig().FirstByteCeiling,
 		StreamIdleTimeout:   frontdoor.DefaultConfig().StreamIdleTimeout,
 		IndexMaxBytes:       256 << 20,
+		FlowQueueThreshold:  flow.DefaultThresholds().QueueDepth,
+		FlowKVThreshold:     flow.DefaultThresholds().KVUtil,
+		FlowStaleAfter:      flow.DefaultThresholds().StaleAfter,
+		FlowMaxQueued:       flow.DefaultLimits().MaxTotal,
+		FlowClassQueued:     flow.FormatClassInts(flow.DefaultLimits().MaxQueued),
+		FlowMaxWait:         flow.FormatClassDurations(flow.DefaultLimits().MaxWait),
 		RaftListen:          "127.0.0.1:7000",
 		RaftDir:             defaultRaftDir(host),
 		RaftBootstrapExpect: 1,
@@ -196,6 +219,34 @@ func DefaultServeConfig() ServeConfig {
 }
 
 var errServeConfig = errors.New("invalid configuration")
+
+// flowConfig is the flow control configuration the flags describe.
+func (c ServeConfig) flowConfig() (flow.Config, error) {
+	fc := flow.DefaultConfig()
+	switch {
+	case !(c.FlowQueueThreshold > 0):
+		return fc, fmt.Errorf("--flow-queue-threshold %v: must be positive", c.FlowQueueThreshold)
+	case !(c.FlowKVThreshold > 0 && c.FlowKVThreshold <= 1):
+		return fc, fmt.Errorf("--flow-kv-threshold %v: must be in (0, 1]", c.FlowKVThreshold)
+	case c.FlowStaleAfter <= 0:
+		return fc, fmt.Errorf("--flow-stale-after %v: must be positive", c.FlowStaleAfter)
+	case c.FlowMaxQueued < 0:
+		return fc, fmt.Errorf("--flow-max-queued %d: must not be negative", c.FlowMaxQueued)
+	}
+	var err error
+	if fc.ModelClasses, err = flow.ParseModelClasses(c.PriorityDefault); err != nil {
+		return fc, fmt.Errorf("--priority-default: %w", err)
+	}
+	fc.Thresholds = flow.Thresholds{QueueDepth: c.FlowQueueThreshold, KVUtil: c.FlowKVThreshold, StaleAfter: c.FlowStaleAfter}
+	fc.Limits.MaxTotal = c.FlowMaxQueued
+	if err := flow.ParseClassInts(c.FlowClassQueued, &fc.Limits.MaxQueued); err != nil {
+		return fc, fmt.Errorf("--flow-class-queued: %w", err)
+	}
+	if err := flow.ParseClassDurations(c.FlowMaxWait, &fc.Limits.MaxWait); err != nil {
+		return fc, fmt.Errorf("--flow-max-wait: %w", err)
+	}
+	return fc, fc.Validate()
+}
 
 // defaultRaftDir is the Raft directory of a router named nodeID: under the user's state
 // directory (XDG Base Directory: $XDG_STATE_HOME, else ~/.local/state), one per node id so two
@@ -332,6 +383,9 @@ func (c ServeConfig) Validate() error {
 	if c.MaxBodyBufferBytes < 2*frontdoor.MaxBodyBytes {
 		return bad("--max-body-buffer-bytes %d: must hold twice the %d-byte body cap", c.MaxBodyBufferBytes, frontdoor.MaxBodyBytes)
 	}
+	if _, err := c.flowConfig(); err != nil {
+		return bad("flow control flags: %v", err)
+	}
 	if c.IndexMaxBytes < 0 {
 		return bad("--index-max-bytes %d: must not be negative", c.IndexMaxBytes)
 	}
@@ -448,6 +502,14 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.FirstByteFloor, "first-byte-timeout-floor", cfg.FirstByteFloor, "front door: least wait for a stream's first byte from the engine (the deadline is 4x the node's expected TTFT, clamped)")
 	fs.DurationVar(&cfg.FirstByteCeiling, "first-byte-timeout-ceiling", cfg.FirstByteCeiling, "front door: longest wait for a stream's first byte from the engine before retrying elsewhere")
 	fs.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", cfg.StreamIdleTimeout, "front door: a relayed stream silent this long is cut with an SSE error event")
+	fs.BoolVar(&cfg.FlowControl, "flow-control", cfg.FlowControl, "queue requests by priority class and tenant while the fleet is saturated, shed beyond the bounds (all three doors)")
+	fs.StringVar(&cfg.PriorityDefault, "priority-default", cfg.PriorityDefault, "flow control: each model's class for requests that name none, `model=class,...` (critical, standard, sheddable)")
+	fs.Float64Var(&cfg.FlowQueueThreshold, "flow-queue-threshold", cfg.FlowQueueThreshold, "flow control: waiting `requests` at which a node is saturated")
+	fs.Float64Var(&cfg.FlowKVThreshold, "flow-kv-threshold", cfg.FlowKVThreshold, "flow control: KV cache `utilisation` (0-1] at which a node is saturated")
+	fs.DurationVar(&cfg.FlowStaleAfter, "flow-stale-after", cfg.FlowStaleAfter, "flow control: a node whose load report is older counts as saturated")
+	fs.IntVar(&cfg.FlowMaxQueued, "flow-max-queued", cfg.FlowMaxQueued, "flow control: queued `requests` over all classes; beyond, a lower class is displaced or the request shed")
+	fs.StringVar(&cfg.FlowClassQueued, "flow-class-queued", cfg.FlowClassQueued, "flow control: each class's queue bound, `class=n,...`")
+	fs.StringVar(&cfg.FlowMaxWait, "flow-max-wait", cfg.FlowMaxWait, "flow control: each class's longest wait in the queue, `class=duration,...`")
 	fs.StringVar(&cfg.CORSOrigins, "cors-allow-origins", cfg.CORSOrigins, "front door: comma-separated `origins` answered with CORS headers (\"*\": any; empty: none)")
 	fs.Int64Var(&cfg.IndexMaxBytes, "index-max-bytes", cfg.IndexMaxBytes, "summary index memory budget in `bytes`: adds beyond it are refused and counted, estimates under-report (0: no byte bound)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "cluster certificate `file` (PEM) for gRPC and Raft, also the client certificate toward nodes and routers")

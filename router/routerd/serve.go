@@ -39,6 +39,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router"
+	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/share"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -272,11 +273,24 @@ func (d *routerd) buildDecisionPath() error {
 	if d.sharer, err = share.New(share.DefaultConfig(d.cfg.NodeID), d.decider, d.agent, d.reg); err != nil {
 		return err
 	}
+	// Flow control, one for the three doors, on the decisions' own view and in-flight counts.
+	var fc *flow.Controller
+	flowSrc := &router.FlowSource{View: router.NewView(d.agent.Mirror(), d.idx), Decider: d.decider}
+	if d.cfg.FlowControl {
+		fcfg, err := d.cfg.flowConfig() // validated
+		if err != nil {
+			return err
+		}
+		if fc, err = flow.New(fcfg, flowSrc, d.reg); err != nil {
+			return err
+		}
+	}
 	// The OpenAI-compatible front door first, so that Route leaves out the nodes its passive
 	// health ejects, as the front door does.
-	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, d.tracer, d.reg, d.logger.With("component", "frontdoor")); err != nil {
+	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, fc, d.tracer, d.reg, d.logger.With("component", "frontdoor")); err != nil {
 		return err
 	}
+	flowSrc.Ejected = d.fd.Health.Ejected // before anything is served
 	// What the router sees of each node and what its decisions expect to reuse, at every scrape
 	// (the dashboard's per-node panels and `prefixmesh-router status` read these).
 	if err = d.reg.Register(router.NewFleetCollector(router.FleetSource{Mirror: d.agent.Mirror(), Blocks: d.idx.NodeState,
@@ -290,6 +304,9 @@ func (d *routerd) buildDecisionPath() error {
 	rcfg.Pins = d.plane.table
 	rcfg.Decider = d.decider
 	rcfg.TracerProvider = d.tracer
+	if fc != nil {
+		rcfg.Flow = fc
+	}
 	if tok, err := tokenizer.New(d.cfg.Tokenizer); err == nil { // engine and none: token ids only
 		rcfg.Tokenizer = tok
 		d.tokenize = func(text string) ([]uint32, error) { return tokenizer.EncodePrompt(context.Background(), tok, text) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/router"
+	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -29,10 +30,13 @@ const (
 
 // frontDoor is the OpenAI-compatible front door over the gossip mirror (frontdoor.Stack), its
 // picker wrapped in router.PinnedPicker so that placement pins hold.
-type frontDoor struct{ *frontdoor.Stack }
+type frontDoor struct {
+	*frontdoor.Stack
+	flow *flow.Controller // nil without --flow-control
+}
 
 func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *routing.Index, dec *routing.Decider, table router.PinTable,
-	tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
+	fc *flow.Controller, tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
 	nodes := frontdoor.MirrorNodes{M: mirror}
 	sc := frontdoor.DefaultStackConfig()
 	sc.Server.Tokenizer = cfg.Tokenizer
@@ -57,15 +61,23 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *rou
 	sc.WrapPicker = func(p frontdoor.Picker) frontdoor.Picker {
 		return router.PinnedPicker{Picker: p, Nodes: nodes, Pins: table}
 	}
+	if fc != nil { // never a nil *Controller in the interface: the doors test it against nil
+		sc.Flow = fc
+	}
 	st, err := frontdoor.NewStack(sc, nodes, idx, reg, logger)
 	if err != nil {
 		return nil, err
 	}
-	return &frontDoor{st}, nil
+	return &frontDoor{Stack: st, flow: fc}, nil
 }
 
-// start runs the probes and the overlay expiry until shutdown.
-func (f *frontDoor) start(ctx context.Context) { f.Start(ctx) }
+// start runs the probes, the overlay expiry and flow control's loop until shutdown.
+func (f *frontDoor) start(ctx context.Context) {
+	f.Start(ctx)
+	if f.flow != nil {
+		f.flow.Start(ctx) // ends with ctx, after the doors have drained
+	}
+}
 
 // httpServer serves the router's HTTP listener: /healthz and vLLM's /health (SERVING once the
 // mirror has synced, 503 while draining or while notServing names a reason, such as isolated
