@@ -40,6 +40,13 @@ func FuzzDecodeMeta(f *testing.F) {
 	b, _ = cold.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{metaVersion, byte(RoleRouter), 0})
+	// The serving extension: whole, cut short, absent (an older node) and with a later
+	// release's values and bytes after it.
+	b, _ = servingMeta().MarshalBinary()
+	f.Add(b)
+	f.Add(b[:len(b)-1])
+	f.Add(b[:len(b)-metaExtServingBytes])
+	f.Add(append(append([]byte(nil), b[:len(b)-metaExtServingBytes]...), 9, 9, 0xff, 0xff, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m Meta
 		if m.UnmarshalBinary(b) != nil {

@@ -27,6 +27,87 @@ func (r Role) String() string {
 	}
 }
 
+// ServingRole is the part of inference a node's engine serves. Under prefill/decode
+// disaggregation a prefill engine computes prompts' KV and hands it to a decode engine through a
+// KV connector, so a router must know which nodes can take which phase. Today the role is carried
+// and shown only; routing does not read it yet.
+type ServingRole uint8
+
+const (
+	// ServeBoth is the zero value: a node whose metadata predates roles serves whole requests,
+	// as every node did before.
+	ServeBoth    ServingRole = 0
+	ServePrefill ServingRole = 1
+	ServeDecode  ServingRole = 2
+)
+
+func (r ServingRole) String() string {
+	switch r {
+	case ServeBoth:
+		return "both"
+	case ServePrefill:
+		return "prefill"
+	case ServeDecode:
+		return "decode"
+	default:
+		// A later release's role: carried and shown as a number rather than refused, so that a
+		// rolling upgrade that adds one keeps the node in every older router's view.
+		return fmt.Sprintf("role(%d)", uint8(r))
+	}
+}
+
+// ParseServingRole parses a role's name (ServingRole.String) as the node agent's --role takes it.
+func ParseServingRole(s string) (ServingRole, error) {
+	for _, r := range [...]ServingRole{ServeBoth, ServePrefill, ServeDecode} {
+		if s == r.String() {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: role %q: want prefill, decode or both", ErrInvalid, s)
+}
+
+// KVConnector names how a node's engine moves KV to or from other engines (prefill to decode).
+type KVConnector uint8
+
+const (
+	// KVConnectorNone is the zero value: no connector configured (and every node whose metadata
+	// predates connectors).
+	KVConnectorNone KVConnector = 0
+	// KVConnectorNIXL is NVIDIA's NIXL transfer library (vLLM's NixlConnector, SGLang's nixl
+	// backend).
+	KVConnectorNIXL KVConnector = 1
+	// KVConnectorSGLang is SGLang's own disaggregation transfer, whose decode side first asks the
+	// prefill engine's bootstrap server (Meta.BootstrapPort).
+	KVConnectorSGLang KVConnector = 2
+)
+
+func (c KVConnector) String() string {
+	switch c {
+	case KVConnectorNone:
+		return "none"
+	case KVConnectorNIXL:
+		return "nixl"
+	case KVConnectorSGLang:
+		return "sglang"
+	default:
+		return fmt.Sprintf("connector(%d)", uint8(c)) // a later release's, as for ServingRole
+	}
+}
+
+// ParseKVConnector parses a connector's name as the node agent's --kv-connector takes it: nixl,
+// sglang, or "" (or "none") for none.
+func ParseKVConnector(s string) (KVConnector, error) {
+	switch s {
+	case "", "none":
+		return KVConnectorNone, nil
+	case "nixl":
+		return KVConnectorNIXL, nil
+	case "sglang":
+		return KVConnectorSGLang, nil
+	}
+	return 0, fmt.Errorf("%w: KV connector %q: want nixl or sglang (empty: none)", ErrInvalid, s)
+}
+
 // metaVersion is the first byte of encoded metadata. Fields appended at the end by a later
 // revision keep the version (decoders ignore trailing bytes, so a rolling upgrade can add
 // fields); a change that reinterprets an existing field takes a new version.
@@ -65,11 +146,30 @@ type Meta struct {
 	// Routers still send it load but take no prefix affinity from it until it clears. A partial
 	// mirror (late join, lost events beyond replay, rebuilt since) is a lower bound and not cold.
 	Cold bool
+	// Serving, KVConnector and BootstrapPort say which phase of inference the node's engine
+	// serves and how it exchanges KV with others (prefill/decode disaggregation). They are the
+	// metadata's first trailing extension (metaExtServingBytes), so that an older router, which
+	// ignores trailing bytes, still decodes a newer node's metadata, and a node whose metadata
+	// has no extension decodes as ServeBoth with no connector.
+	Serving     ServingRole
+	KVConnector KVConnector
+	// BootstrapPort is the engine's SGLang bootstrap port, which a decode engine asks for the
+	// prefill engine's KV (with KVConnectorSGLang; 0 otherwise).
+	BootstrapPort uint16
 }
+
+// metaExtServingBytes is the size of the serving extension after the model: role, connector,
+// bootstrap port (uint16 LE). It is all or nothing: an encoder that writes it writes all four
+// bytes, so a partial one is a damaged packet, not an older encoder.
+const metaExtServingBytes = 4
 
 // MarshalBinary encodes m: version, role, flags, epoch (8 bytes LE), block size and capacity
 // (uvarints), then node id, gRPC address, engine URL, Raft address and model as uvarint-length
-// strings. It fails when a field is out of range or the result exceeds MaxMetaBytes.
+// strings, then the serving extension (metaExtServingBytes: serving role, KV connector, bootstrap
+// port as uint16 LE), always written so that a later extension can follow it. It fails when a
+// field is out of range or the result exceeds MaxMetaBytes. Roles and connectors unknown to this
+// release are encoded as they are: the node agent's flags refuse unknown names, and a router
+// keeps a later release's values rather than refusing the node.
 func (m Meta) MarshalBinary() ([]byte, error) {
 	return m.appendBinary(make([]byte, 0, 128))
 }
@@ -99,13 +199,17 @@ func (m Meta) appendBinary(b []byte) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
+	b = append(b, byte(m.Serving), byte(m.KVConnector))
+	b = binary.LittleEndian.AppendUint16(b, m.BootstrapPort)
 	if len(b) > MaxMetaBytes {
 		return nil, fmt.Errorf("encode meta: %w: %d bytes (max %d)", ErrTooLarge, len(b), MaxMetaBytes)
 	}
 	return b, nil
 }
 
-// UnmarshalBinary decodes metadata written by MarshalBinary. Trailing bytes are ignored (see
+// UnmarshalBinary decodes metadata written by MarshalBinary or by an older release: metadata that
+// ends after the model predates the serving extension and decodes as ServeBoth with no
+// connector. Bytes after the known extensions are a later release's and are ignored (see
 // metaVersion).
 func (m *Meta) UnmarshalBinary(b []byte) error {
 	if len(b) > MaxMetaBytes {
@@ -135,6 +239,14 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 	out.EngineURL = r.str(maxMetaString)
 	out.RaftAddr = r.str(maxMetaString)
 	out.Model = r.str(maxMetaString)
+	if r.err == nil && len(r.b) > 0 {
+		// The serving extension; absent (an older node) leaves the zero values.
+		ext := r.bytes(metaExtServingBytes)
+		if r.err == nil {
+			out.Serving, out.KVConnector = ServingRole(ext[0]), KVConnector(ext[1])
+			out.BootstrapPort = binary.LittleEndian.Uint16(ext[2:])
+		}
+	}
 	if r.err != nil {
 		return fmt.Errorf("decode meta: %w", r.err)
 	}
