@@ -257,7 +257,9 @@ func kindOf(tag string) Kind {
 
 // Positional layouts (docs/engine-integration.md): BlockStored [tag, block_hashes, parent,
 // token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, spec_kind,
-// sliding_window]; BlockRemoved [tag, block_hashes, medium, group_idx]; AllBlocksCleared [tag].
+// sliding_window, locality, ownership, session_id]; BlockRemoved [tag, block_hashes, medium,
+// group_idx, locality, ownership]; AllBlocksCleared [tag]. The field order is that of vLLM's
+// msgspec structs (vllm/distributed/kv_events.py), which array_like encodes positionally.
 func (d *Decoder) decodeArrayEvent(ev *Event, b *Batch) error {
 	n, err := d.dec.DecodeArrayLen()
 	if err != nil {
@@ -279,9 +281,9 @@ func (d *Decoder) decodeArrayEvent(ev *Event, b *Batch) error {
 	var known int
 	switch ev.Kind {
 	case KindStored:
-		known = 12
+		known = len(storedFields)
 	case KindRemoved:
-		known = 4
+		known = len(removedFields)
 	case KindCleared:
 		known = 1
 	}
@@ -324,8 +326,9 @@ func (d *Decoder) decodeArrayEvent(ev *Event, b *Batch) error {
 }
 
 var (
-	storedFields  = [...]string{"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
-	removedFields = [...]string{"type", "block_hashes", "medium", "group_idx"}
+	storedFields = [...]string{"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+		"extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality", "ownership", "session_id"}
+	removedFields = [...]string{"type", "block_hashes", "medium", "group_idx", "locality", "ownership"}
 )
 
 func (d *Decoder) decodeMapEvent(ev *Event, b *Batch) error {
@@ -476,16 +479,25 @@ func (d *Decoder) field(ev *Event, name string, b *Batch) error {
 			ev.Window = int(v)
 		}
 		return nil
-	default: // session_id, locality, …: not needed to match
-		if name != "session_id" {
-			b.Fields++
-		}
+	case "locality":
+		return d.readLocality(ev, b)
+	case "session_id", "ownership":
+		// Known and not needed: the request behind a store, and which secondary offloading
+		// tier made the copy (the medium and locality already say where it is).
+		return d.skip()
+	default:
+		b.Fields++
 		return d.skip()
 	}
 }
 
 // finish checks what only the whole event can tell.
 func (d *Decoder) finish(ev *Event) {
+	// The locality qualifies the medium, whichever came first (a map has no order): a REMOTE
+	// copy is on another host whatever its medium, so it is never the node's GPU.
+	if ev.Locality == LocalityRemote {
+		ev.Tier = TierRemote
+	}
 	if ev.Kind != KindStored || ev.bad {
 		return
 	}

@@ -243,17 +243,48 @@ func (d *Decoder) readMedium(ev *Event) error {
 	return nil
 }
 
-// tierOf normalises a medium case-insensitively (llm-d lowercases too).
+// tierOf normalises a medium case-insensitively (llm-d lowercases too; vLLM spells its disk
+// medium "Disk"). "STORAGE" is vLLM's unified tiering medium: TierStorage until a REMOTE
+// locality moves it (finish).
 func tierOf(m string) Tier {
 	switch {
 	case m == "" || equalFold(m, "GPU"):
 		return TierGPU
 	case equalFold(m, "DISK"):
 		return TierDisk
+	case equalFold(m, "STORAGE"):
+		return TierStorage
 	case len(m) >= 3 && equalFold(m[:3], "CPU"):
 		return TierCPU
 	}
 	return TierOther
+}
+
+// readLocality reads vLLM's "locality": nil, "LOCAL" or "REMOTE" (case-insensitive). Any other
+// value is skipped and counted as an unknown field: vLLM defines no other, and a later field in
+// that position of a publisher's own must not move a copy off the GPU.
+func (d *Decoder) readLocality(ev *Event, b *Batch) error {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return err
+	}
+	if c == msgpcode.Nil {
+		ev.Locality = LocalityUnset
+		return d.dec.DecodeNil()
+	}
+	l, ok, err := d.readKey()
+	if err != nil {
+		return err
+	}
+	switch {
+	case ok && equalFold(l, "LOCAL"):
+		ev.Locality = LocalityLocal
+	case ok && equalFold(l, "REMOTE"):
+		ev.Locality = LocalityRemote
+	default:
+		b.Fields++
+	}
+	return nil
 }
 
 func equalFold(a, b string) bool { return bytes.EqualFold([]byte(a), []byte(b)) }

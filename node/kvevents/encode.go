@@ -80,13 +80,7 @@ func (e *Encoder) Encode(ts float64, events []Event, rank int) []byte {
 
 func (e *Encoder) event(ev *Event) {
 	enc := e.enc
-	medium := func() {
-		if ev.Tier == TierGPU {
-			_ = enc.EncodeString("GPU")
-		} else {
-			_ = enc.EncodeString(ev.Tier.String())
-		}
-	}
+	medium := func() { _ = enc.EncodeString(mediumOf(ev.Tier)) }
 	loraName := func() {
 		if ev.LoRAName == "" {
 			_ = enc.EncodeNil()
@@ -213,4 +207,21 @@ func DigestFor(key uint64) [32]byte {
 	d := sha256.Sum256(k[:])
 	copy(d[24:], k[:])
 	return d
+}
+
+// mediumOf is the medium string an engine sends for t, as vLLM spells it (vllm/v1/kv_offload/
+// mediums.py, vllm/distributed/kv_events.py). A remote copy is sent as "STORAGE" here, without
+// its REMOTE locality (the simulated engine has no remote tier), so it decodes as TierStorage.
+func mediumOf(t Tier) string {
+	switch t {
+	case TierGPU:
+		return "GPU"
+	case TierCPU:
+		return "CPU"
+	case TierDisk:
+		return "Disk"
+	case TierStorage, TierRemote:
+		return "STORAGE"
+	}
+	return t.String()
 }

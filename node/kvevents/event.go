@@ -25,19 +25,26 @@ func (k Kind) String() string {
 }
 
 // Tier is a normalised storage medium. Only TierGPU blocks count for matching (the engine
-// prefills from GPU blocks); the others are tracked and exported for a later tier-aware policy.
+// prefills from GPU blocks); the others are tracked per block, exported, and answered by
+// PeekMatchedTokensByTier for a later tier-aware policy.
 type Tier uint8
 
-// Tiers, from the event's "medium" (case-insensitive; nil means GPU, vLLM's and SGLang's default).
+// Tiers, from the event's "medium" (case-insensitive; nil means GPU, vLLM's and SGLang's default)
+// and its "locality". The spellings are the engines': vLLM's GPU/CPU/Disk LoadStoreSpec.medium()
+// in vllm/v1/kv_offload/mediums.py, its MEDIUM_GPU/MEDIUM_CPU/MEDIUM_STORAGE constants and the
+// LOCAL/REMOTE locality in vllm/distributed/kv_events.py; SGLang HiCache's CPU_PINNED and
+// CPU_TIER1/CPU_TIER2.
 const (
-	TierGPU   Tier = iota // "GPU", or no medium
-	TierCPU               // "CPU", SGLang's "CPU_TIER1", "CPU_TIER2", "CPU_PINNED"
-	TierDisk              // "DISK"
-	TierOther             // anything else ("EXTERNAL", connector tiers)
+	TierGPU     Tier = iota // "GPU", or no medium; never REMOTE
+	TierCPU                 // "CPU", SGLang's "CPU_TIER1", "CPU_TIER2", "CPU_PINNED"
+	TierDisk                // "Disk" (vLLM's DiskLoadStoreSpec), "DISK"
+	TierStorage             // "STORAGE", locality LOCAL or unspecified: the node's own storage tier
+	TierRemote              // any medium with locality REMOTE: held by a store off this node
+	TierOther               // anything else ("EXTERNAL", connector tiers): tracked, never credited
 	numTiers
 )
 
-var tierNames = [numTiers]string{"gpu", "cpu", "disk", "other"}
+var tierNames = [numTiers]string{"gpu", "cpu", "disk", "storage", "remote", "other"}
 
 func (t Tier) String() string {
 	if t < numTiers {
@@ -45,6 +52,18 @@ func (t Tier) String() string {
 	}
 	return "other"
 }
+
+// Locality is an event's "locality" (vLLM's tiered offloading: where the copy lives relative to
+// the publisher).
+type Locality uint8
+
+// Localities. Only REMOTE changes the tier (to TierRemote); an unspecified one, or a value vLLM
+// does not define (skipped and counted as an unknown field), leaves the medium's tier as it is.
+const (
+	LocalityUnset  Locality = iota // absent, nil, or not a value vLLM defines
+	LocalityLocal                  // "LOCAL"
+	LocalityRemote                 // "REMOTE"
+)
 
 // Extra-key classes, one per stored block (Event.Extra).
 const (
@@ -65,7 +84,9 @@ type Event struct {
 	HasParent bool
 	Tokens    []uint32
 	BlockSize int
-	Tier      Tier
+	// Tier is the medium, with the locality applied (Decoder: REMOTE makes any medium TierRemote).
+	Tier     Tier
+	Locality Locality
 	// LoRAName is the adapter's name ("" for the base model); LoRAID the deprecated integer id.
 	LoRAName  string
 	LoRAID    int64
