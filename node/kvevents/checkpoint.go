@@ -35,7 +35,9 @@ type Checkpoint struct {
 	EngineStart float64
 }
 
-var ckptMagic = [8]byte{'P', 'M', 'K', 'V', 'C', 'K', '1', '\n'}
+// ckptMagic names the format: version 2 holds six tiers' copies per node (storage and remote
+// were added), so a version-1 file is refused rather than misread.
+var ckptMagic = [8]byte{'P', 'M', 'K', 'V', 'C', 'K', '2', '\n'}
 
 // Caps on what a checkpoint may ask ReadCheckpoint to build: a file from another version or a
 // corrupt one is refused, never allowed to claim unbounded memory.
@@ -218,6 +220,17 @@ func ReadCheckpoint(r io.Reader, blockSize, dpSize int) (*Mirror, Checkpoint, er
 			m.stats.Tiers[t] += int(n.copies[t])
 		}
 		m.stats.Provisional += int(n.prov)
+		if n.flags&fCanon != 0 {
+			m.lowerAll(idx, 1)
+		}
+		// Which tiers remove their blocks is not recorded: every restored lower-tier copy ages
+		// as if its tier never did, until the tier's next removal says otherwise.
+		expiry := m.now().Add(m.ttl).UnixNano()
+		for t := TierGPU + 1; t < numTiers; t++ {
+			for range n.copies[t] {
+				m.enqueueAging(idx, t, expiry)
+			}
+		}
 	}
 	// Links, then visibility from the roots down (show cascades to visible children).
 	for i, p := range parents {

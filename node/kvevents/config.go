@@ -42,6 +42,12 @@ type Config struct {
 	// the mirror behind until the engine's next step. 2 s: a busy engine publishes every step,
 	// so an idle probe costs a quiet engine one small request every 2 s.
 	IdleProbe time.Duration
+	// UnremovedTierTTL is how long the mirror believes a copy on a tier that has not sent a
+	// removal on its rank (Mirror.SetUnremovedTTL): DefaultUnremovedTierTTL, 10 minutes (see
+	// there for why). It applies per rank and tier, and only until that tier's first removal,
+	// so it limits exactly the tiers that never remove (LMCache's), not the engine's own. 0
+	// believes such copies until removed.
+	UnremovedTierTTL time.Duration
 
 	// OnRestart, when set, is called after a rank's mirror was dropped because the engine
 	// restarted (its sequence went back, its replay buffer started over, or EngineRestarted):
@@ -70,6 +76,8 @@ func DefaultConfig() Config {
 		QueueLen:       4096,
 		RedialInterval: 500 * time.Millisecond,
 		IdleProbe:      2 * time.Second,
+
+		UnremovedTierTTL: DefaultUnremovedTierTTL,
 	}
 }
 
@@ -118,6 +126,8 @@ func (c Config) Validate() error {
 		return bad("redial interval %v: must be positive", c.RedialInterval)
 	case c.IdleProbe <= 0:
 		return bad("idle probe %v: must be positive", c.IdleProbe)
+	case c.UnremovedTierTTL < 0:
+		return bad("unremoved-tier TTL %v: must not be negative (0 keeps such copies until removed)", c.UnremovedTierTTL)
 	}
 	return nil
 }

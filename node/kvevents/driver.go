@@ -89,6 +89,7 @@ func NewFollower(cfg Config, mirror *Mirror, logger *slog.Logger, reg prometheus
 		return nil, err
 	}
 	f := &Follower{cfg: cfg, mirror: mirror, log: logger, met: met}
+	mirror.SetUnremovedTTL(cfg.UnremovedTierTTL)
 	for r := 0; r < cfg.DPSize; r++ {
 		ep, err := OffsetPort(cfg.Endpoint, r)
 		if err != nil {
@@ -301,6 +302,7 @@ func (f *Follower) apply(ctx context.Context, rs *rankState, ch <-chan zmq4.Msg)
 		case <-ctx.Done():
 			return
 		case <-rs.idle.C:
+			f.mirror.Expire() // a quiet engine's unremoved copies still age
 			f.run(ctx, rs, rs.m.Tick(time.Now()))
 		case <-rs.restarted:
 			f.run(ctx, rs, rs.m.EngineRestarted())
@@ -366,6 +368,7 @@ func (f *Follower) exec(rs *rankState, acts []action) {
 				f.mirror.Apply(rs.rank, ev)
 				rs.met.events[ev.Kind].Inc()
 			}
+			f.mirror.Expire()
 		case actClear:
 			f.mirror.Clear(rs.rank)
 		case actRecordSeq:

@@ -109,15 +109,19 @@ var (
 	descUnder   = prometheus.NewDesc("prefixmesh_kvevents_underrun_events_total", "Removals of a tier the block held no copy on (the mirror missed its store: a late join or a lost batch).", nil, nil)
 	descCleared = prometheus.NewDesc("prefixmesh_kvevents_cleared_total", "AllBlocksCleared events and mirror resets applied.", nil, nil)
 	descCycles  = prometheus.NewDesc("prefixmesh_kvevents_cycle_events_total", "Stored blocks that named a descendant as parent (dropped as corrupt).", nil, nil)
+	descPlace   = prometheus.NewDesc("prefixmesh_kvevents_placeholders_total", "Offload placeholders (a hash without tokens) applied as a lower-tier copy of a known block.", nil, nil)
+	descAged    = prometheus.NewDesc("prefixmesh_kvevents_aged_out_copies_total", "Copies on a tier that never sent a removal, dropped after the unremoved-tier TTL, by tier.", []string{"tier"}, nil)
 )
 
 func (c mirrorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBlocks, descTier, descVisible, descOrphans, descUnknown, descUnalign, descWrongBS, descUnder, descCleared, descCycles} {
+	for _, d := range []*prometheus.Desc{descBlocks, descTier, descVisible, descOrphans, descUnknown, descUnalign, descWrongBS, descUnder, descCleared, descCycles, descPlace, descAged} {
 		ch <- d
 	}
 }
 
+// Collect exports every tier's series, at 0 when empty, so that each exists from the start.
 func (c mirrorCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.Expire() // a scrape never reports copies already past their TTL
 	s := c.m.MirrorStats()
 	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(s.Blocks))
 	for t := Tier(0); t < numTiers; t++ {
@@ -131,4 +135,8 @@ func (c mirrorCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUnder, prometheus.CounterValue, float64(s.Underrun))
 	ch <- prometheus.MustNewConstMetric(descCleared, prometheus.CounterValue, float64(s.Cleared))
 	ch <- prometheus.MustNewConstMetric(descCycles, prometheus.CounterValue, float64(s.Cycles))
+	ch <- prometheus.MustNewConstMetric(descPlace, prometheus.CounterValue, float64(s.Placeholders))
+	for t := Tier(0); t < numTiers; t++ {
+		ch <- prometheus.MustNewConstMetric(descAged, prometheus.CounterValue, float64(s.AgedOut[t]), t.String())
+	}
 }

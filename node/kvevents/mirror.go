@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -34,6 +35,20 @@ import (
 // groups can only shorten it. vLLM's own hit can be longer (a sliding-window group need not hold
 // blocks outside its window), which the mirror does not claim.
 //
+// Lower tiers (CPU, disk, storage, remote, other: see Tier) are copies like the GPU's, counted
+// per block and tier, and never make a block visible: a block evicted from the GPU but still
+// held on the CPU stays in the mirror, out of the summary, and PeekMatchedTokensByTier says how
+// far each lower tier continues the GPU prefix. vLLM's offloading connector describes an
+// offloaded chunk by its constituent GPU blocks (vllm/distributed/kv_transfer/kv_connector/v1/
+// offloading/events.py): chunks overlapping an unaligned shared prefix announce the shared
+// hashes once per chunk and remove them as often, so every announcement is a copy, reference
+// counted like the GPU's. Its legacy placeholders (one hash, no tokens) add a copy to a block the
+// mirror knows and nothing else. A tier that has never sent a removal on a rank may be one that
+// never does (LMCache's connector forwards only BlockStored: vllm/distributed/kv_transfer/
+// kv_connector/v1/lmcache_connector.py), so its copies age out after the unremoved-tier TTL
+// (SetUnremovedTTL) rather than being trusted forever; once the tier removes a block on the
+// rank, its copies are left to its removals.
+//
 // Mirror is safe for concurrent use: one lock guards it, the summary journal included, so the
 // summary is always exactly the set PeekMatchedTokens matches. It satisfies node.Tree (read-only:
 // the calls that take holds or insert do nothing, since the engine owns its cache) and
@@ -59,7 +74,34 @@ type Mirror struct {
 	nvis   map[mkey]uint32 // visible nodes per (canonical hash, rank and group)
 	groups map[uint32][]uint16
 	seqs   map[int]RankSeq // each rank's position in its stream (checkpoints)
+	// lower counts, per canonical hash, the nodes with a canon that hold a copy on each lower
+	// tier (index TierGPU unused): what PeekMatchedTokensByTier continues the GPU prefix with.
+	lower map[uint64][numTiers]uint32
+	// Ageing of copies on tiers that may never send removals (see Mirror): removes has bit t
+	// set for a rank once tier t removed a block there; aging holds one entry per copy stored
+	// on a tier without that bit, in store order (so by expiry), from agingHead on.
+	removes   map[uint32]uint8
+	aging     []agingCopy
+	agingHead int
+	ttl       time.Duration
+	now       func() time.Time
 }
+
+// agingCopy is one copy on a tier that has not sent removals: it is dropped at expiry unless the
+// tier has removed a block on its rank since.
+type agingCopy struct {
+	key    mkey
+	idx    int32
+	tier   Tier
+	expiry int64 // unix nanoseconds
+}
+
+// DefaultUnremovedTierTTL is how long a copy on a tier that never sent a removal is believed:
+// 10 minutes. LMCache's CPU and disk backends evict by LRU under memory pressure and tell nobody;
+// on a busy node their working set turns over in minutes, so a copy older than that is more
+// likely gone than not, and crediting a block the engine must recompute costs a whole prefill,
+// while forgetting one it still holds costs only a missed affinity.
+const DefaultUnremovedTierTTL = 10 * time.Minute
 
 // rcKey is a canonical hash within one rank.
 type rcKey struct {
@@ -69,17 +111,19 @@ type rcKey struct {
 
 // MirrorStats are the mirror's levels and counters.
 type MirrorStats struct {
-	Blocks         int           // mirrored blocks (any tier, placeholders excluded)
-	Tiers          [numTiers]int // copies held per tier
-	Visible        int           // blocks matchable from the root (the summary, by hash count)
-	Orphans        int           // stored blocks whose chain does not reach the root
-	Unknown        uint64        // removals or tier updates of hashes the mirror does not hold
-	Underrun       uint64        // removals of a tier the block had no copy on
-	Unaligned      uint64        // stored events whose tokens do not line up with their hashes
-	WrongBlockSize uint64        // stored events with another block size than the node's
-	Cleared        uint64        // AllBlocksCleared events and resets applied
-	Cycles         uint64        // stored blocks that named a descendant as parent (dropped as corrupt)
-	Provisional    int           // GPU copies restored from a checkpoint, not confirmed since
+	Blocks         int              // mirrored blocks (any tier, placeholders excluded)
+	Tiers          [numTiers]int    // copies held per tier
+	Visible        int              // blocks matchable from the root (the summary, by hash count)
+	Orphans        int              // stored blocks whose chain does not reach the root
+	Unknown        uint64           // removals or tier updates of hashes the mirror does not hold
+	Underrun       uint64           // removals of a tier the block had no copy on
+	Unaligned      uint64           // stored events whose tokens do not line up with their hashes
+	WrongBlockSize uint64           // stored events with another block size than the node's
+	Cleared        uint64           // AllBlocksCleared events and resets applied
+	Cycles         uint64           // stored blocks that named a descendant as parent (dropped as corrupt)
+	Provisional    int              // GPU copies restored from a checkpoint, not confirmed since
+	Placeholders   uint64           // offload placeholders (no tokens) that added a copy to a known block
+	AgedOut        [numTiers]uint64 // copies on tiers that never sent a removal, dropped after the TTL
 }
 
 // mkey identifies an engine block: its hash within one (rank, group).
@@ -123,7 +167,8 @@ type mnode struct {
 func NewMirror(blockSize int) *Mirror {
 	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32),
 		gvis: make(map[rcKey]uint16), nvis: make(map[mkey]uint32), groups: make(map[uint32][]uint16),
-		seqs: make(map[int]RankSeq)}
+		seqs: make(map[int]RankSeq), lower: make(map[uint64][numTiers]uint32), removes: make(map[uint32]uint8),
+		ttl: DefaultUnremovedTierTTL, now: time.Now}
 	m.journal.Init(local.DefaultJournalCapacity)
 	return m
 }
@@ -168,10 +213,21 @@ func (m *Mirror) store(rank int, ev *Event) {
 	if len(ev.Hashes) == 0 {
 		return
 	}
-	if len(ev.Tokens) == 0 { // an offload tier's location update for blocks already seen
+	var expiry int64 // when copies stored now age out; 0: they don't (see Mirror)
+	if tier != TierGPU && m.ttl > 0 && m.removes[uint32(rank)]&(1<<tier) == 0 {
+		expiry = m.now().Add(m.ttl).UnixNano()
+	}
+	if len(ev.Tokens) == 0 {
+		// A placeholder (vLLM's offloading connector before self-describing events, and for
+		// sliding-window and SSM groups: one hash, no tokens, block size 0): a location update
+		// for a block already seen, nothing for one never seen (its place in a chain is unknown).
 		for _, h := range ev.Hashes {
 			if i, ok := m.byKey[mkey{h, src}]; ok && m.nodes[i].flags&fKnown != 0 {
 				m.storeCopy(i, tier)
+				m.stats.Placeholders++
+				if expiry != 0 {
+					m.enqueueAging(i, tier, expiry)
+				}
 			} else {
 				m.stats.Unknown++
 			}
@@ -222,6 +278,9 @@ func (m *Mirror) store(rank int, ev *Event) {
 		}
 		lazy = false
 		m.storeCopy(idx, tier)
+		if expiry != 0 {
+			m.enqueueAging(idx, tier, expiry)
+		}
 		parent = idx
 	}
 }
@@ -302,10 +361,12 @@ func (m *Mirror) resolve(c int32, chunk []uint32, adapter uint64) {
 	case p == rootNode:
 		n.canon = local.ChainHash(local.AdapterSeed(adapter), chunk)
 		n.flags |= fCanon
+		m.lowerAll(c, 1)
 		m.cascadeCanon(c)
 	case p >= 0 && m.nodes[p].flags&fCanon != 0:
 		n.canon = local.ChainHash(m.nodes[p].canon, chunk)
 		n.flags |= fCanon
+		m.lowerAll(c, 1)
 		m.cascadeCanon(c)
 	default: // the parent's chain is not known yet: keep the tokens for later
 		m.pending[c] = append([]uint32(nil), chunk...)
@@ -331,6 +392,7 @@ func (m *Mirror) cascadeCanon(c int32) {
 			kn.canon = local.ChainHash(m.nodes[x].canon, m.pending[k])
 			delete(m.pending, k)
 			kn.flags |= fCanon
+			m.lowerAll(k, 1)
 			m.stats.Orphans--
 			m.stack = append(m.stack, k)
 		}
@@ -533,35 +595,127 @@ func (m *Mirror) addCopy(c int32, t Tier) {
 	n := &m.nodes[c]
 	n.copies[t]++
 	m.stats.Tiers[t]++
-	if t == TierGPU && n.copies[t] == 1 {
+	switch {
+	case t == TierGPU && n.copies[t] == 1:
 		m.refresh(c)
+	case t != TierGPU && n.copies[t] == 1 && n.flags&fCanon != 0:
+		m.lowerAdd(n.canon, t, 1)
+	}
+}
+
+// dropCopy takes one copy on tier t (which c holds) away and frees c if it was the last.
+func (m *Mirror) dropCopy(c int32, t Tier) {
+	n := &m.nodes[c]
+	n.copies[t]--
+	m.stats.Tiers[t]--
+	if t == TierGPU && uint32(n.prov) > n.copies[TierGPU] {
+		n.prov--
+		m.stats.Provisional--
+	}
+	switch {
+	case t == TierGPU && n.copies[TierGPU] == 0:
+		m.refresh(c)
+	case t != TierGPU && n.copies[t] == 0 && n.flags&fCanon != 0:
+		m.lowerAdd(n.canon, t, -1)
+	}
+	m.maybeFree(c)
+}
+
+// lowerAdd counts a node with canonical hash h gaining (d = 1) or losing (d = -1) its copies on
+// lower tier t.
+func (m *Mirror) lowerAdd(h uint64, t Tier, d int) {
+	v := m.lower[h]
+	v[t] = uint32(int(v[t]) + d)
+	if v == ([numTiers]uint32{}) {
+		delete(m.lower, h)
+		return
+	}
+	m.lower[h] = v
+}
+
+// lowerAll counts (d = 1) or uncounts (d = -1) every lower tier c holds copies on: c just got its
+// canonical hash, or is being dropped with it.
+func (m *Mirror) lowerAll(c int32, d int) {
+	n := &m.nodes[c]
+	for t := TierGPU + 1; t < numTiers; t++ {
+		if n.copies[t] > 0 {
+			m.lowerAdd(n.canon, t, d)
+		}
 	}
 }
 
 func (m *Mirror) remove(rank int, ev *Event) {
 	src := srcOf(rank, ev.Group)
+	// This tier removes blocks on this rank: its copies are left to its removals from now on.
+	m.removes[uint32(rank)] |= 1 << ev.Tier
 	for _, h := range ev.Hashes {
 		c, ok := m.byKey[mkey{h, src}]
 		if !ok || m.nodes[c].flags&fKnown == 0 {
 			m.stats.Unknown++
 			continue
 		}
-		n := &m.nodes[c]
-		if n.copies[ev.Tier] == 0 {
+		if m.nodes[c].copies[ev.Tier] == 0 {
 			m.stats.Underrun++
 			continue
 		}
-		n.copies[ev.Tier]--
-		m.stats.Tiers[ev.Tier]--
-		if ev.Tier == TierGPU && uint32(n.prov) > n.copies[TierGPU] {
-			n.prov--
-			m.stats.Provisional--
-		}
-		if ev.Tier == TierGPU && n.copies[TierGPU] == 0 {
-			m.refresh(c)
-		}
-		m.maybeFree(c)
+		m.dropCopy(c, ev.Tier)
 	}
+}
+
+// SetUnremovedTTL sets how long a copy on a tier that has not sent a removal is believed (see
+// Mirror; DefaultUnremovedTierTTL unless set); 0 believes such copies until removed.
+func (m *Mirror) SetUnremovedTTL(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ttl = max(d, 0)
+}
+
+// SetClock replaces the clock ageing reads (time.Now): tests step it.
+func (m *Mirror) SetClock(now func() time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now = now
+}
+
+// Expire drops the copies whose TTL has run out (see Mirror) and returns how many. The follower
+// calls it after each batch and on its idle tick; PeekMatchedTokensByTier checks too, so a quiet
+// engine's stale copies are never answered.
+func (m *Mirror) Expire() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.expireLocked()
+}
+
+func (m *Mirror) expireLocked() int {
+	if m.agingHead == len(m.aging) {
+		return 0
+	}
+	now := m.now().UnixNano()
+	dropped := 0
+	for m.agingHead < len(m.aging) && m.aging[m.agingHead].expiry <= now {
+		e := m.aging[m.agingHead]
+		m.agingHead++
+		if m.removes[e.key.src>>16]&(1<<e.tier) != 0 {
+			continue // the tier removes its blocks itself
+		}
+		if i, ok := m.byKey[e.key]; !ok || i != e.idx || m.nodes[i].copies[e.tier] == 0 {
+			continue
+		}
+		m.dropCopy(e.idx, e.tier)
+		m.stats.AgedOut[e.tier]++
+		dropped++
+	}
+	if m.agingHead == len(m.aging) {
+		m.aging, m.agingHead = m.aging[:0], 0
+	} else if m.agingHead > len(m.aging)/2 { // reuse the consumed front
+		n := copy(m.aging, m.aging[m.agingHead:])
+		m.aging, m.agingHead = m.aging[:n], 0
+	}
+	return dropped
+}
+
+func (m *Mirror) enqueueAging(c int32, t Tier, expiry int64) {
+	m.aging = append(m.aging, agingCopy{key: m.nodes[c].key, idx: c, tier: t, expiry: expiry})
 }
 
 // maybeFree frees c, and then its ancestors, while they hold no copy and have no children.
@@ -613,6 +767,9 @@ func (m *Mirror) clearLocked(rank int) {
 			continue
 		}
 		n := &m.nodes[i]
+		if n.flags&fCanon != 0 {
+			m.lowerAll(int32(i), -1)
+		}
 		for t := range n.copies {
 			m.stats.Tiers[t] -= int(n.copies[t])
 		}
@@ -628,6 +785,15 @@ func (m *Mirror) clearLocked(rank int) {
 		*n = freeNode
 		m.free = append(m.free, int32(i))
 	}
+	// The rank's ageing copies are gone: drop their entries, so that one cannot take away a
+	// copy of the same hash stored after the clear.
+	kept := m.aging[:m.agingHead]
+	for _, e := range m.aging[m.agingHead:] {
+		if int(e.key.src>>16) != rank {
+			kept = append(kept, e)
+		}
+	}
+	m.aging = kept
 }
 
 var freeNode = mnode{parent: noNode, first: noNode, next: noNode, prev: noNode}

@@ -28,6 +28,63 @@ func (m *Mirror) PeekMatchedTokens(tokens []uint32, blockSize int, adapterID uin
 	return n
 }
 
+// NumTiers is the number of tiers (Tier values), the length of TierTokens.
+const NumTiers = int(numTiers)
+
+// TierTokens holds tokens per tier, indexed by Tier.
+type TierTokens [numTiers]int
+
+// PeekMatchedTokensByTier is PeekMatchedTokens per tier: [TierGPU] is the GPU prefix the engine
+// would match (PeekMatchedTokens), and each lower tier t says how many tokens past that prefix
+// t continues it, block by block from the first block after the GPU prefix, each tier on its
+// own. A lower tier only ever continues the GPU prefix: a block it holds after a block nobody
+// holds is not counted, since the engine loads offloaded blocks only as the next blocks of a
+// prefix it already has. An engine with a CPU and a disk tier loads from either, so what it can
+// skip is the GPU prefix plus at least the longest continuation (more if the tiers interleave,
+// which this does not claim). TierOther is reported but is no place the engine loads from that
+// this package knows. It does not allocate.
+func (m *Mirror) PeekMatchedTokensByTier(tokens []uint32, blockSize int, adapterID uint64) TierTokens {
+	var out TierTokens
+	if blockSize <= 0 {
+		return out
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expireLocked()
+	h := local.AdapterSeed(adapterID)
+	i := 0
+	for ; i+blockSize <= len(tokens); i += blockSize {
+		next := local.ChainHash(h, tokens[i:i+blockSize])
+		if m.canon[next] == 0 {
+			break
+		}
+		h = next
+		out[TierGPU] += blockSize
+	}
+	if len(m.lower) == 0 {
+		return out
+	}
+	var live uint8 = (1<<numTiers - 1) &^ 1 // lower tiers still continuing the prefix
+	for ; live != 0 && i+blockSize <= len(tokens); i += blockSize {
+		h = local.ChainHash(h, tokens[i:i+blockSize])
+		v, ok := m.lower[h]
+		if !ok {
+			break
+		}
+		for t := TierGPU + 1; t < numTiers; t++ {
+			if live&(1<<t) == 0 {
+				continue
+			}
+			if v[t] == 0 {
+				live &^= 1 << t
+				continue
+			}
+			out[t] += blockSize
+		}
+	}
+	return out
+}
+
 // IsActive reports true: the mirror answers for a real cache.
 func (m *Mirror) IsActive() bool { return true }
 
