@@ -169,6 +169,7 @@ type pool struct {
 	queued   atomic.Int64             // q.Len(), for the fast path
 	classLen [NumClasses]atomic.Int64 // q.LenClass, for the gauge summed over pools
 	budget   atomic.Int64             // requests that may still pass before the view is read again
+	active   atomic.Int64             // requests admitted and not yet released
 
 	mu       sync.Mutex // guards everything below
 	q        *Queue[*waiter]
@@ -239,6 +240,7 @@ func (c *Controller) pool(model string) *pool {
 	q, _ := NewQueue[*waiter](c.cfg.Limits) // validated in New
 	p := &pool{c: c, model: model, q: q}
 	p.release = func() {
+		p.active.Add(-1)
 		if p.queued.Load() > 0 {
 			c.kick()
 		}
@@ -266,9 +268,10 @@ func (c *Controller) kick() {
 func (c *Controller) Admit(ctx context.Context, r Request) (release func(), err error) {
 	p := c.pool(r.Model)
 	cl := c.ClassOf(&r)
-	// The fast path: nothing queued ahead and headroom left. Two atomics, no lock.
+	// The fast path: nothing queued ahead and headroom left. A few atomics, no lock.
 	if p.queued.Load() == 0 {
 		if p.budget.Add(-1) >= 0 {
+			p.active.Add(1)
 			c.met.direct[cl].Inc()
 			c.met.tenant(r.Tenant).dispatched.Inc()
 			return p.release, nil
@@ -292,8 +295,12 @@ func (c *Controller) admitSlow(ctx context.Context, p *pool, cl Class, r *Reques
 		p.mu.Unlock()
 		return nil, ErrNoNodes
 	}
+	// Release first what the view allows, so that the queue this request finds is the one it
+	// would have found had the loop run since the last completion.
+	p.dispatchLocked(now)
 	if p.q.Len() == 0 && p.budget.Load() > 0 {
 		p.budget.Add(-1)
+		p.active.Add(1)
 		p.mu.Unlock()
 		c.met.direct[cl].Inc()
 		c.met.tenant(r.Tenant).dispatched.Inc()
@@ -349,7 +356,17 @@ func (p *pool) readLocked(now time.Time) {
 	mean, room := p.c.cfg.Thresholds.Headroom(p.loads)
 	p.eligible, p.readAt = len(p.loads), now
 	// Stored, not added: the view counts the requests in flight since the last read, so the
-	// headroom spent since is already in it.
+	// headroom spent since is already in it; except the requests admitted that have not been
+	// decided yet (tokenising), which no in-flight count holds: this router's admitted requests
+	// beyond the in-flight counts are taken off. Without it a read between admission and
+	// decision grants the same headroom twice.
+	inflight := 0
+	for i := range p.loads {
+		inflight += p.loads[i].InFlight
+	}
+	if pending := int(p.active.Load()) - inflight; pending > 0 {
+		room = max(room-pending, 0)
+	}
 	p.budget.Store(int64(room))
 	if len(p.loads) > 0 {
 		p.c.met.saturation.WithLabelValues(p.model).Set(mean)
@@ -376,6 +393,7 @@ func (p *pool) dispatchLocked(now time.Time) {
 	for p.q.Len() > 0 && p.budget.Load() > 0 {
 		it := p.q.Pop()
 		p.budget.Add(-1)
+		p.active.Add(1)
 		p.c.met.wait[it.Class].Observe(now.Sub(it.Enqueued).Seconds())
 		p.c.met.dequeued[it.Class].Inc()
 		p.c.met.tenant(it.Tenant).dispatched.Inc()
