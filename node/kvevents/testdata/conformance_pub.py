@@ -339,6 +339,71 @@ def golden():
     out["vllm_bytes"] = encode_batch(a, ts, [{"type": "BlockStored", "block_hashes": [bytes(range(32))],
                                               "parent_block_hash": None, "token_ids": [1, 2, 3, 4], "block_size": 4,
                                               "lora_id": None, "medium": "GPU", "lora_name": None}], 0).hex()
+    # Tiers beyond the GPU. vLLM's structs as vllm/distributed/kv_events.py declares them:
+    # BlockStored{block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+    # lora_name (the first seven have no default), extra_keys, group_idx, kv_cache_spec_kind,
+    # kv_cache_spec_sliding_window, locality, ownership, session_id (default None)} and
+    # BlockRemoved{block_hashes, medium (no default), group_idx, locality, ownership}; medium
+    # "CPU"/"STORAGE" (MEDIUM_CPU, MEDIUM_STORAGE), locality "LOCAL"/"REMOTE".
+    def stored(a, hashes, parent, tokens, bs, medium, group_idx=None, spec=None, locality=None, lora_name=None):
+        return Publisher.encode_struct(argparse.Namespace(args=a), "BlockStored", [
+            ("block_hashes", hashes), ("parent_block_hash", parent), ("token_ids", tokens), ("block_size", bs),
+            ("lora_id", None), ("medium", medium), ("lora_name", lora_name), ("extra_keys", None),
+            ("group_idx", group_idx), ("kv_cache_spec_kind", spec), ("kv_cache_spec_sliding_window", None),
+            ("locality", locality), ("ownership", None), ("session_id", None)], required=7)
+
+    def removed(a, hashes, medium, group_idx=None, locality=None):
+        return Publisher.encode_struct(argparse.Namespace(args=a), "BlockRemoved", [
+            ("block_hashes", hashes), ("medium", medium), ("group_idx", group_idx), ("locality", locality),
+            ("ownership", None)], required=2)
+
+    a = args(layout="map")
+    toks = list(range(1, 25))
+    # vLLM >= 0.24 self-describing offload events (vllm/distributed/kv_transfer/kv_connector/v1/
+    # offloading/events.py, OffloadingEventsTracker): one BlockStored per offloaded chunk with the
+    # chunk's per-block hashes, the whole chunk's token ids, the GPU block size, the parent hash,
+    # group_idx and kv_cache_spec_kind, extra_keys None. Here a 16-token CPU chunk over 4-token
+    # GPU blocks: six GPU blocks 101..106, then chunk [101..104] and chunk [103..106], which
+    # re-announces 103 and 104 (a chunk over an unaligned shared prefix).
+    out["vllm_cpu_chunks"] = encode_batch(a, ts, [
+        stored(a, [101, 102, 103, 104, 105, 106], None, toks, 4, "GPU", 0, "full_attention"),
+        stored(a, [101, 102, 103, 104], None, toks[:16], 4, "CPU", 0, "full_attention"),
+        stored(a, [103, 104, 105, 106], 102, toks[8:], 4, "CPU", 0, "full_attention")], 0).hex()
+    # Then the GPU evicts its last three blocks, and the CPU evicts chunk 2, then chunk 1: each
+    # removal fans out to the chunk's hashes (_take_removed_event).
+    out["vllm_cpu_evict"] = encode_batch(a, ts, [
+        removed(a, [106, 105, 104], "GPU", 0),
+        removed(a, [103, 104, 105, 106], "CPU", 0),
+        removed(a, [101, 102, 103, 104], "CPU", 0)], 0).hex()
+    # Legacy placeholders (_placeholder_stored: before self-describing events, and for sliding
+    # window and SSM groups): one hash, token_ids [], block_size 0, no parent or LoRA.
+    out["vllm_placeholders"] = encode_batch(a, ts, [
+        stored(a, [102], None, [], 0, "CPU", 0),
+        stored(a, [999], None, [], 0, "CPU", 0)], 0).hex()
+    # Unified tiering: medium STORAGE with locality LOCAL or REMOTE, removals alike.
+    out["vllm_storage_locality"] = encode_batch(a, ts, [
+        stored(a, [101, 102, 103, 104], None, toks[:16], 4, "STORAGE", 0, "full_attention", "LOCAL"),
+        stored(a, [101, 102, 103, 104], None, toks[:16], 4, "STORAGE", 0, "full_attention", "REMOTE"),
+        removed(a, [101, 102, 103, 104], "STORAGE", 0, "REMOTE")], 0).hex()
+    # vLLM's array_like layout with the disk medium as DiskLoadStoreSpec.medium() spells it
+    # (vllm/v1/kv_offload/mediums.py): a placeholder and its removal.
+    a = args(layout="array")
+    out["vllm_array_disk"] = encode_batch(a, ts, [
+        stored(a, [105], None, [], 0, "Disk", 0),
+        removed(a, [105], "Disk", 0)], 0).hex()
+    # LMCache through vLLM's LMCacheConnectorV1.get_kv_connector_kv_cache_events
+    # (vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py): BlockStored with
+    # block_hashes, parent_block_hash, token_ids, lora_id, block_size and LMCache's medium only,
+    # never a BlockRemoved.
+    a = args(layout="map")
+    out["lmcache_stored"] = encode_batch(a, ts, [stored(a, [101, 102], None, toks[:8], 4, "cpu")], 0).hex()
+    # SGLang HiCache (python/sglang/srt/disaggregation/kv_events.py, array layout): a host copy
+    # as CPU_PINNED, the second host tier, and the device copy's removal.
+    a = args(flavor="sglang", layout="array")
+    out["sglang_hicache"] = encode_batch(a, ts, [
+        ["BlockStored", [-7], None, [1, 2, 3, 4], 4, None, "CPU_PINNED"],
+        ["BlockStored", [-7], None, [1, 2, 3, 4], 4, None, "CPU_TIER2"],
+        ["BlockRemoved", [-7], "GPU"]], 0).hex()
     print(json.dumps(out, indent=1, sort_keys=True))
 
 
