@@ -82,3 +82,25 @@ func TestAllocsFollowerLive(t *testing.T) {
 		t.Errorf("the follower's live path over one removal and one store batch allocated %.1f times, want 0", n)
 	}
 }
+
+// TestAllocsDecodeApplyCPU: decoding and applying vLLM's self-describing CPU offload events
+// (BenchmarkDecodeApplyTiers' step: CPU chunks over blocks held on the GPU, and their fanned-out
+// removals) allocates nothing in steady state either, the follower's Expire included.
+func TestAllocsDecodeApplyCPU(t *testing.T) {
+	testenv.SkipAllocsUnderRace(t)
+	gpu, store, remove, _ := cpuBenchBatches()
+	d := NewDecoder()
+	m := NewMirror(16)
+	rootBlock(m)
+	tierBenchRun(t, d, m, gpu, nil)()
+	run := tierBenchRun(t, d, m, store, remove)
+	for range 64 {
+		run()
+	}
+	if n := testing.AllocsPerRun(50, run); n != 0 {
+		t.Errorf("decode+apply of one CPU store and one CPU removal batch allocated %.1f times, want 0", n)
+	}
+	if s := m.MirrorStats(); s.Tiers[TierCPU] != 0 || s.Visible != 1+32*32 || s.Underrun != 0 || s.Unknown != 0 {
+		t.Fatalf("after store and removal rounds: %+v", s)
+	}
+}

@@ -195,3 +195,114 @@ func BenchmarkFollowerLive(b *testing.B) {
 		}
 	}
 }
+
+// cpuBenchBatches is the benchmark's engine step offloaded to the CPU the way vLLM's
+// self-describing offload events describe it (vllm/distributed/kv_transfer/kv_connector/v1/
+// offloading/events.py): each prompt's 32 GPU blocks as two 256-token CPU chunks of 16
+// per-block hashes, then each chunk's removal fanned out to its 16 hashes. gpu stores the GPU
+// blocks the chunks lie over (applied once, before the benchmark).
+func cpuBenchBatches() (gpu, store, remove []byte, blocks int) {
+	const prompts, perPrompt, bs, perChunk = 32, 32, 16, 16
+	e := NewEncoder(LayoutMap, HashInt)
+	var gpus, stores, rems []Event
+	for p := 0; p < prompts; p++ {
+		hash := func(b int) uint64 { return uint64(p)<<32 | uint64(b) | 1<<63 }
+		tok := func(b, t int) uint32 { return uint32(p*100000 + b*bs + t) }
+		g := Event{Kind: KindStored, BlockSize: bs, Parent: 1, HasParent: true}
+		for b := 0; b < perPrompt; b++ {
+			g.Hashes = append(g.Hashes, hash(b))
+			for t := 0; t < bs; t++ {
+				g.Tokens = append(g.Tokens, tok(b, t))
+			}
+		}
+		gpus = append(gpus, g)
+		for c := 0; c < perPrompt; c += perChunk {
+			ev := Event{Kind: KindStored, BlockSize: bs, Parent: 1, HasParent: true, Tier: TierCPU}
+			if c > 0 {
+				ev.Parent = hash(c - 1)
+			}
+			rem := Event{Kind: KindRemoved, Tier: TierCPU}
+			for b := c; b < c+perChunk; b++ {
+				ev.Hashes = append(ev.Hashes, hash(b))
+				rem.Hashes = append(rem.Hashes, hash(b))
+				for t := 0; t < bs; t++ {
+					ev.Tokens = append(ev.Tokens, tok(b, t))
+				}
+			}
+			stores = append(stores, ev)
+			rems = append(rems, rem)
+		}
+	}
+	gpu = append([]byte(nil), e.Encode(1, gpus, 0)...)
+	store = append([]byte(nil), e.Encode(2, stores, 0)...)
+	remove = append([]byte(nil), e.Encode(3, rems, 0)...)
+	return gpu, store, remove, prompts * perPrompt
+}
+
+// tierBenchRun returns one iteration of decoding and applying a store and a removal batch, with
+// the follower's Expire after each, against a mirror prepared by setup.
+func tierBenchRun(t testing.TB, d *Decoder, m *Mirror, store, remove []byte) func() {
+	seq := uint64(10)
+	return func() {
+		for _, p := range [][]byte{store, remove} {
+			if p == nil {
+				continue
+			}
+			seq++
+			bt, err := d.Decode(seq, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range bt.Events {
+				m.Apply(0, &bt.Events[j])
+			}
+			m.Expire()
+		}
+	}
+}
+
+// BenchmarkDecodeApplyTiers: blocks/s decoded and applied for vLLM's self-describing CPU offload
+// events (CPU copies added to blocks held on the GPU, then removed), with the GPU store and
+// eviction of the same blocks as the baseline in the same run (BenchmarkDecodeApply's step).
+func BenchmarkDecodeApplyTiers(b *testing.B) {
+	gpuStore, gpuRemove, blocks := benchBatches(LayoutMap, HashInt)
+	gpu, cpuStore, cpuRemove, cpuBlocks := cpuBenchBatches()
+	for _, c := range []struct {
+		name          string
+		store, remove []byte
+		blocks        int
+		pre           []byte
+	}{{"gpu-baseline", gpuStore, gpuRemove, blocks, nil}, {"cpu-self-describing", cpuStore, cpuRemove, cpuBlocks, gpu}} {
+		b.Run(c.name, func(b *testing.B) {
+			d := NewDecoder()
+			m := NewMirror(16)
+			rootBlock(m)
+			if c.pre != nil {
+				tierBenchRun(b, d, m, c.pre, nil)()
+			}
+			run := tierBenchRun(b, d, m, c.store, c.remove)
+			for range 64 {
+				run()
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.store) + len(c.remove)))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				run()
+			}
+			b.ReportMetric(float64(2*c.blocks*b.N)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
+
+// BenchmarkPeekByTier: the per-tier peek of a 2,048-token prompt, half on the GPU and all on the
+// CPU, beside BenchmarkPeek's GPU-only peek of the same prompt.
+func BenchmarkPeekByTier(b *testing.B) {
+	m, toks := peekByTierMirror()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if got := m.PeekMatchedTokensByTier(toks, 16, 0); got[TierGPU] != 1024 || got[TierCPU] != 1024 {
+			b.Fatal(got)
+		}
+	}
+}
