@@ -80,6 +80,20 @@ type Config struct {
 	// Model is the model name the node serves: "prefixmesh-sim", the simulated engine's. With
 	// --engine=vllm|sglang and no --model, the engine's first served base model (GET /v1/models).
 	Model string
+	// Role is the phase of inference this node's engine serves: "both" (the default: whole
+	// requests, as every node served before roles existed), or "prefill" or "decode" when
+	// prefill and decode run on separate engines (disaggregation). It is gossiped to the
+	// routers, which show it; routing does not read it yet.
+	Role string
+	// KVConnector is how the engine moves KV to or from other engines under disaggregation:
+	// "nixl" or "sglang"; "" (the default) or "none" when none is configured. Carried and shown
+	// like Role, so an operator can see which pools can hand KV to each other.
+	KVConnector string
+	// SGLangBootstrapPort is the port of the bootstrap server SGLang runs beside a prefill
+	// engine, which a decode engine asks where to fetch the KV from: 8998, SGLang's default and
+	// llm-d's. Only meaningful with --kv-connector=sglang (given without it, it is refused) and
+	// gossiped only then.
+	SGLangBootstrapPort int
 	// KVEvents is the engine's KV-event PUB endpoint the agent dials (--kv-events): vLLM binds
 	// tcp://*:5557 by default, so tcp://127.0.0.1:5557 from a sidecar. Set KVEventsListen instead
 	// for an engine that dials the agent.
@@ -179,6 +193,7 @@ func DefaultConfig() Config {
 		KVBlocks:     32768,
 		Engine:       engineSim,
 		Model:        "prefixmesh-sim",
+		Role:         cluster.ServeBoth.String(),
 		LogLevel:     "info",
 		DrainTimeout: 20 * time.Second,
 		DrainNotice:  2 * time.Second,
@@ -192,11 +207,15 @@ func DefaultConfig() Config {
 			KVEventsHashes:      "int",
 			KVEventsReplayTopic: true,
 		},
-		KVEvents: "tcp://127.0.0.1:5557",
-		DPSize:   1,
-		Gossip:   cluster.Flags{Label: cluster.DefaultLabel}, // no --gossip-listen: standalone
+		KVEvents:            "tcp://127.0.0.1:5557",
+		DPSize:              1,
+		SGLangBootstrapPort: defaultSGLangBootstrapPort,
+		Gossip:              cluster.Flags{Label: cluster.DefaultLabel}, // no --gossip-listen: standalone
 	}
 }
+
+// defaultSGLangBootstrapPort is SGLang's --disaggregation-bootstrap-port default.
+const defaultSGLangBootstrapPort = 8998
 
 // maxNodeID bounds --node-id: it travels in gossip metadata, which must fit 512 bytes with
 // everything else.
@@ -242,6 +261,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return bad("--log-level: %v", err)
+	}
+	if _, err := cluster.ParseServingRole(c.Role); err != nil {
+		return bad("--role %q: want prefill, decode or both", c.Role)
+	}
+	if _, err := cluster.ParseKVConnector(c.KVConnector); err != nil {
+		return bad("--kv-connector %q: want nixl or sglang (empty or none: no connector)", c.KVConnector)
+	}
+	if c.SGLangBootstrapPort < 1 || c.SGLangBootstrapPort > 65535 {
+		return bad("--sglang-bootstrap-port %d: must be in [1, 65535]", c.SGLangBootstrapPort)
 	}
 	switch c.Engine {
 	case engineSim:
@@ -362,6 +390,9 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Engine, "engine", cfg.Engine, "engine `mode`: sim (built-in simulated engine), external (an engine at --engine-url calls NodeCache), vllm or sglang (mirror that engine's cache from its KV events)")
 	fs.StringVar(&cfg.EngineURL, "engine-url", cfg.EngineURL, "the engine's base `URL` (with --engine=external|vllm|sglang)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model `name` served by this node (vllm/sglang: default the engine's, from /v1/models)")
+	fs.StringVar(&cfg.Role, "role", cfg.Role, "the phase of inference this node's engine serves: prefill, decode or both (gossiped and shown; routing does not use it yet)")
+	fs.StringVar(&cfg.KVConnector, "kv-connector", cfg.KVConnector, "the engine's KV `connector` to other engines under prefill/decode disaggregation: nixl or sglang (empty: none)")
+	fs.IntVar(&cfg.SGLangBootstrapPort, "sglang-bootstrap-port", cfg.SGLangBootstrapPort, "SGLang's bootstrap `port` beside a prefill engine (with --kv-connector=sglang)")
 	fs.StringVar(&cfg.KVEvents, "kv-events", cfg.KVEvents, "the engine's KV-event PUB `endpoint` to dial (tcp://HOST:PORT; --engine=vllm|sglang)")
 	fs.StringVar(&cfg.KVEventsListen, "kv-events-listen", cfg.KVEventsListen, "bind this `endpoint` for KV events instead, for an engine that dials the agent")
 	fs.StringVar(&cfg.KVEventsReplay, "kv-events-replay", cfg.KVEventsReplay, "the engine's KV-event replay ROUTER `endpoint` (empty: none)")
@@ -413,6 +444,11 @@ func parseConfig(args []string, output io.Writer) (Config, error) {
 	if err := refuseIgnored(fs, cfg.Engine); err != nil {
 		return Config{}, err
 	}
+	if flagSet(fs, "sglang-bootstrap-port") && cfg.KVConnector != "sglang" {
+		// Only SGLang's connector has a bootstrap server; a port given for another is a
+		// misconfiguration the operator believes is in force.
+		return Config{}, fmt.Errorf("%w: --sglang-bootstrap-port: only --kv-connector=sglang uses it (given: %q)", errConfig, cfg.KVConnector)
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -457,6 +493,19 @@ func (c Config) kvEventsConfig() kvevents.Config {
 		k.Endpoint, k.Listen = c.KVEventsListen, true
 	}
 	return k
+}
+
+// serving is the role and connector the node gossips (Validate accepted their names) and the
+// bootstrap port, which only SGLang's connector has (0 otherwise, so routers show no meaningless
+// port).
+func (c Config) serving() (cluster.ServingRole, cluster.KVConnector, uint16) {
+	role, _ := cluster.ParseServingRole(c.Role)
+	conn, _ := cluster.ParseKVConnector(c.KVConnector)
+	var port uint16
+	if conn == cluster.KVConnectorSGLang {
+		port = uint16(c.SGLangBootstrapPort)
+	}
+	return role, conn, port
 }
 
 // drainNotice is DrainNotice within its share of the drain: at most half of DrainTimeout.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/cluster"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -33,7 +35,8 @@ func TestHelp(t *testing.T) {
 	for _, flag := range []string{"-grpc-listen", "-http-listen", "-node-id", "-block-size", "-kv-blocks", "-engine", "-engine-url",
 		"-model", "-tls-cert", "-tls-key", "-tls-client-ca", "-log-level", "-drain-timeout", "-validate-only", "-addr-file",
 		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr",
-		"-kv-events", "-kv-events-listen", "-kv-events-replay", "-kv-events-topic", "-dp-size", "-sim-kv-events"} {
+		"-kv-events", "-kv-events-listen", "-kv-events-replay", "-kv-events-topic", "-dp-size", "-sim-kv-events",
+		"-role", "-kv-connector", "-sglang-bootstrap-port"} {
 		if !strings.Contains(stderr.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
@@ -43,7 +46,8 @@ func TestHelp(t *testing.T) {
 func TestFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseConfig([]string{"--grpc-listen=0.0.0.0:9", "--insecure-grpc", "--tls-no-client-auth", "--http-listen=:8", "--insecure-http", "--node-id=n7", "--block-size=32",
 		"--kv-blocks=100", "--model=m", "--log-level=debug", "--drain-timeout=3s", "--sim-prefill-tokens-per-s=5",
-		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes"}, &bytes.Buffer{})
+		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes",
+		"--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=9001"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +57,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	want.Model, want.LogLevel, want.DrainTimeout = "m", "debug", 3*time.Second
 	want.Sim.PrefillTokensPerSec, want.Sim.DecodeTokensPerSec, want.Sim.MaxConcurrent, want.Sim.MaxQueue = 5, 6, 7, 0
 	want.Sim.Tokenizer = "bytes"
+	want.Role, want.KVConnector, want.SGLangBootstrapPort = "prefill", "sglang", 9001
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
 	}
@@ -110,6 +115,30 @@ func TestRefuseIgnoredFlags(t *testing.T) {
 	}
 }
 
+// The serving role and connector as the node gossips them: the default is a whole-request node
+// without a connector, and the bootstrap port travels only with SGLang's connector.
+func TestServingFromFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		role cluster.ServingRole
+		conn cluster.KVConnector
+		port uint16
+	}{
+		{nil, cluster.ServeBoth, cluster.KVConnectorNone, 0},
+		{[]string{"--role=decode", "--kv-connector=nixl"}, cluster.ServeDecode, cluster.KVConnectorNIXL, 0},
+		{[]string{"--role=prefill", "--kv-connector=sglang"}, cluster.ServePrefill, cluster.KVConnectorSGLang, 8998},
+		{[]string{"--role=both", "--kv-connector=none"}, cluster.ServeBoth, cluster.KVConnectorNone, 0},
+	} {
+		cfg, err := parseConfig(c.args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if role, conn, port := cfg.serving(); role != c.role || conn != c.conn || port != c.port {
+			t.Errorf("%v: serving %v %v %d, want %v %v %d", c.args, role, conn, port, c.role, c.conn, c.port)
+		}
+	}
+}
+
 func TestConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.flags")
 	if err := os.WriteFile(path, []byte("# from a ConfigMap\n--node-id=from-file\nblock-size=64\n"), 0o644); err != nil {
@@ -160,6 +189,12 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--sim-decode-tokens-per-s=-1"}, "--sim-decode-tokens-per-s"},
 		{[]string{"--sim-max-concurrent=0"}, "--sim-max-concurrent"},
 		{[]string{"--sim-max-queue=-1"}, "--sim-max-queue"},
+		{[]string{"--role=encode"}, "--role"},
+		{[]string{"--role="}, "--role"},
+		{[]string{"--kv-connector=mooncake"}, "--kv-connector"},
+		{[]string{"--kv-connector=sglang", "--sglang-bootstrap-port=0"}, "--sglang-bootstrap-port"},
+		{[]string{"--kv-connector=sglang", "--sglang-bootstrap-port=65536"}, "--sglang-bootstrap-port"},
+		{[]string{"--kv-connector=nixl", "--sglang-bootstrap-port=9000"}, "--sglang-bootstrap-port: only --kv-connector=sglang"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"stray-argument"}, "unexpected arguments"},
 	} {

@@ -14,7 +14,7 @@ import (
 // startGossip starts the node's cluster agent when --gossip-listen is set (nil, nil otherwise):
 // a memberlist member whose metadata names this node, its epoch (the NodeCache server's, so
 // that a router's repair pull matches), whether it starts cold (a mirror without a clean
-// baseline yet), its gRPC and engine addresses, and that publishes the tree's summary journal
+// baseline yet), its gRPC and engine addresses, its serving role and KV connector, and that publishes the tree's summary journal
 // and the engine's load to every router.
 func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uint64, cold bool, grpcAddr, httpAddr net.Addr,
 	load cluster.LoadFunc, logger *slog.Logger, reg prometheus.Registerer) (*cluster.Agent, error) {
@@ -30,6 +30,7 @@ func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uin
 	gc.Meta.EngineURL = cfg.EngineURL
 	gc.Meta.Model = cfg.Model
 	gc.Meta.BlockSize = uint32(cfg.BlockSize)
+	gc.Meta.Serving, gc.Meta.KVConnector, gc.Meta.BootstrapPort = cfg.serving()
 	if cfg.Engine == engineSim {
 		gc.Meta.KVCapacity = uint64(cfg.KVBlocks)
 		if cfg.EngineURL == "" {

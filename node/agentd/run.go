@@ -128,6 +128,9 @@ func newDaemon(cfg Config, stderr io.Writer) (*daemon, error) {
 	d := &daemon{cfg: cfg, logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		reg: prometheus.NewRegistry(), cancelEngine: func() {}}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerInfo(d.reg, cfg); err != nil {
+		return nil, fmt.Errorf("node info metric: %w", err)
+	}
 	return d, nil
 }
 
@@ -272,9 +275,19 @@ func (d *daemon) serve() chan error {
 		}
 	}
 	d.logger.Info("listening", "grpc", addrString(d.grpcLis.Addr()), "http", d.httpLis.Addr().String(),
-		"node_id", d.cfg.NodeID, "epoch", fmt.Sprintf("%016x", d.cacheSrv.Epoch()), "engine", d.cfg.Engine, "extra", strings.Join(d.side.addrs, " "))
+		"node_id", d.cfg.NodeID, "epoch", fmt.Sprintf("%016x", d.cacheSrv.Epoch()), "engine", d.cfg.Engine, "role", d.cfg.Role,
+		"kv_connector", d.kvConnectorLog(), "extra", strings.Join(d.side.addrs, " "))
 	d.logListeners()
 	return served
+}
+
+// kvConnectorLog is the connector as the start line names it: with SGLang's, its bootstrap port.
+func (d *daemon) kvConnectorLog() string {
+	_, conn, port := d.cfg.serving()
+	if port != 0 {
+		return fmt.Sprintf("%s (bootstrap port %d)", conn, port)
+	}
+	return conn.String()
 }
 
 // logListeners writes one line per open listener: its address, its protection and the flag (or
