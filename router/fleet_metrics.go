@@ -45,7 +45,7 @@ func NewFleetCollector(src FleetSource) *FleetCollector {
 		return prometheus.NewDesc("prefixmesh_router_"+name, help, labels, nil)
 	}
 	return &FleetCollector{src: src,
-		info:     g("node_info", "1 for every node the router mirrors, with its model.", "node", "model"),
+		info:     g("node_info", "1 for every node the router mirrors, with its model, serving role (prefill, decode, both) and KV connector (none, nixl, sglang).", "node", "model", "role", "kv_connector"),
 		blocks:   g("node_blocks", "KV blocks the router's index holds for the node, by tier.", "node", "tier"),
 		capacity: g("node_kv_capacity_blocks", "KV capacity the node announced, in blocks.", node...),
 		running:  g("node_running", "Sequences running on the node, as it last reported.", node...),
@@ -81,7 +81,8 @@ func (c *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, n := range c.src.Mirror.Nodes() {
 		id := n.Meta.NodeID
-		gauge(c.info, 1, id, n.Meta.Model)
+		// A node older than roles gossips none and is "both" with connector "none": what it is.
+		gauge(c.info, 1, id, n.Meta.Model, n.Meta.Serving.String(), n.Meta.KVConnector.String())
 		if c.src.Blocks != nil {
 			if _, _, blocks, ok := c.src.Blocks(id); ok {
 				gauge(c.blocks, float64(blocks), id, FleetTier)

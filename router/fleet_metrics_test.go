@@ -40,13 +40,19 @@ func TestFleetCollector(t *testing.T) {
 	mirror := fakeMirror{
 		{Meta: cluster.Meta{NodeID: "n1", Model: "m", KVCapacity: 100}, Synced: true, LoadRecv: now.Add(-1500 * time.Millisecond),
 			Load: cluster.Load{Running: 2, Waiting: 1, FreeBlocks: 40, QueuedPrefillTokens: 300}},
-		{Meta: cluster.Meta{NodeID: "n2", Model: "m", KVCapacity: 50, Draining: true, Cold: true}},
+		{Meta: cluster.Meta{NodeID: "n2", Model: "m", KVCapacity: 50, Draining: true, Cold: true,
+			Serving: cluster.ServePrefill, KVConnector: cluster.KVConnectorNIXL}},
 	}
 	col := NewFleetCollector(FleetSource{Mirror: mirror, Blocks: idx.NodeState, Decider: dec, Now: func() time.Time { return now },
 		Ejected: func(id string) bool { return id == "n2" }})
 	// One decision of 48 tokens whose prompt n1 holds whole: the engine reports 32 (the last
 	// token is recomputed, so the last full block is too); one candidate, so the mean is 32.
+	// n1's metadata names no role (a node older than roles): both, no connector.
 	want := `
+# HELP prefixmesh_router_node_info 1 for every node the router mirrors, with its model, serving role (prefill, decode, both) and KV connector (none, nixl, sglang).
+# TYPE prefixmesh_router_node_info gauge
+prefixmesh_router_node_info{kv_connector="none",model="m",node="n1",role="both"} 1
+prefixmesh_router_node_info{kv_connector="nixl",model="m",node="n2",role="prefill"} 1
 # HELP prefixmesh_router_node_blocks KV blocks the router's index holds for the node, by tier.
 # TYPE prefixmesh_router_node_blocks gauge
 prefixmesh_router_node_blocks{node="n1",tier="gpu"} 3
@@ -80,7 +86,7 @@ prefixmesh_router_decided_matched_tokens_total 32
 # TYPE prefixmesh_router_decided_uniform_matched_tokens_total counter
 prefixmesh_router_decided_uniform_matched_tokens_total 32
 `
-	names := []string{"prefixmesh_router_node_blocks", "prefixmesh_router_node_ejected", "prefixmesh_router_node_inflight",
+	names := []string{"prefixmesh_router_node_info", "prefixmesh_router_node_blocks", "prefixmesh_router_node_ejected", "prefixmesh_router_node_inflight",
 		"prefixmesh_router_node_report_age_seconds", "prefixmesh_router_node_running", "prefixmesh_router_node_cold",
 		"prefixmesh_router_node_synced", "prefixmesh_router_decided_matched_tokens_total", "prefixmesh_router_decided_uniform_matched_tokens_total"}
 	if err := testutil.CollectAndCompare(col, strings.NewReader(want), names...); err != nil {

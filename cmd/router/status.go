@@ -25,8 +25,8 @@ import (
 const statusUsage = `usage: prefixmesh-router status [--addr host:port|URL] [--json] [--timeout d] [--tls-ca f [--tls-cert f --tls-key f]]
 
 Prints what one router sees of the fleet, read from its /metrics (serve --http-listen, or
---metrics-listen when set): every node it mirrors with its model, state (synced, draining,
-cold, ejected), KV blocks per tier in the router's index, load as the node last reported it,
+--metrics-listen when set): every node it mirrors with its model, serving role (prefill,
+decode or both, with its KV connector when one is set), state (synced, draining, cold, ejected), KV blocks per tier in the router's index, load as the node last reported it,
 this router's requests in flight, the learned prefill speed and the age of the node's last
 report; above the table, gossip and Raft membership, the decisions' estimated hit ratio against
 a cache-blind choice and the engines' observed one, estimate accuracy per door, and TTFT
@@ -163,9 +163,13 @@ type ttftPair struct {
 }
 
 type nodeStatus struct {
-	Node  string   `json:"node"`
-	Model string   `json:"model"`
-	State []string `json:"state"` // empty: routable
+	Node  string `json:"node"`
+	Model string `json:"model"`
+	// Role and KVConnector are the node's serving role and KV connector as it gossips them;
+	// empty when the router predates roles (its node_info has no such labels).
+	Role        string   `json:"role,omitempty"`
+	KVConnector string   `json:"kv_connector,omitempty"`
+	State       []string `json:"state"` // empty: routable
 	// Blocks are the KV blocks the router's index holds for the node, by tier.
 	Blocks              map[string]float64 `json:"blocks"`
 	KVCapacity          float64            `json:"kv_capacity_blocks"`
@@ -186,7 +190,8 @@ func buildStatus(fams map[string]*dto.MetricFamily) fleetStatus {
 	byNode := map[string]*nodeStatus{}
 	for _, m := range fams["prefixmesh_router_node_info"].GetMetric() {
 		id := label(m, "node")
-		st.Nodes = append(st.Nodes, nodeStatus{Node: id, Model: label(m, "model"), State: []string{}, Blocks: map[string]float64{}})
+		st.Nodes = append(st.Nodes, nodeStatus{Node: id, Model: label(m, "model"), Role: label(m, "role"), KVConnector: label(m, "kv_connector"),
+			State: []string{}, Blocks: map[string]float64{}})
 	}
 	slices.SortFunc(st.Nodes, func(a, b nodeStatus) int { return strings.Compare(a.Node, b.Node) })
 	for i := range st.Nodes {
@@ -325,7 +330,7 @@ func (st *fleetStatus) print(w io.Writer) {
 	}
 	slices.Sort(tiers)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := []string{"NODE", "MODEL", "STATE"}
+	header := []string{"NODE", "MODEL", "ROLE", "STATE"}
 	for _, tier := range tiers {
 		header = append(header, strings.ToUpper(tier)+" BLOCKS")
 	}
@@ -336,7 +341,7 @@ func (st *fleetStatus) print(w io.Writer) {
 		if len(n.State) > 0 {
 			state = strings.Join(n.State, ",")
 		}
-		row := []string{n.Node, n.Model, state}
+		row := []string{n.Node, n.Model, n.roleCell(), state}
 		for _, tier := range tiers {
 			if v, ok := n.Blocks[tier]; ok {
 				row = append(row, num(v))
@@ -360,6 +365,19 @@ func (st *fleetStatus) print(w io.Writer) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	_ = tw.Flush()
+}
+
+// roleCell is the ROLE column: the role, then the KV connector when one is configured (which
+// pools can hand KV to each other), or "-" from a router that predates roles.
+func (n nodeStatus) roleCell() string {
+	switch {
+	case n.Role == "":
+		return "-"
+	case n.KVConnector == "" || n.KVConnector == "none":
+		return n.Role
+	default:
+		return n.Role + "/" + n.KVConnector
+	}
 }
 
 func label(m *dto.Metric, name string) string {

@@ -15,8 +15,8 @@ import (
 // (plus one it must ignore), with two nodes: one routable, one draining and ejected before its
 // first summary.
 const statusPage = `# TYPE prefixmesh_router_node_info gauge
-prefixmesh_router_node_info{model="llama",node="node-1"} 1
-prefixmesh_router_node_info{model="llama",node="node-0"} 1
+prefixmesh_router_node_info{kv_connector="none",model="llama",node="node-1",role="both"} 1
+prefixmesh_router_node_info{kv_connector="nixl",model="llama",node="node-0",role="decode"} 1
 # TYPE prefixmesh_router_node_blocks gauge
 prefixmesh_router_node_blocks{node="node-0",tier="gpu"} 120
 # TYPE prefixmesh_router_node_kv_capacity_blocks gauge
@@ -107,9 +107,9 @@ func TestStatusPrintsTheRoutersView(t *testing.T) {
 decisions since start: 100; estimated hit ratio 60.0% (a cache-blind choice: 25.0%); engines observed 55.0%
 front door: estimate == cached_tokens 95.0% of 80; TTFT p50 100ms p99 250ms observed, 50ms 99ms predicted (100 requests)
 
-NODE    MODEL  STATE                      GPU BLOCKS  CAPACITY  FREE  RUNNING  WAITING  QUEUED PREFILL  IN FLIGHT  TTFT SCALE  REPORT AGE
-node-0  llama  ok                         120         2048      1900  3        1        4096            2          1.50        250ms
-node-1  llama  unsynced,draining,ejected  -           1024      0     0        0        0               0          -           -
+NODE    MODEL  ROLE         STATE                      GPU BLOCKS  CAPACITY  FREE  RUNNING  WAITING  QUEUED PREFILL  IN FLIGHT  TTFT SCALE  REPORT AGE
+node-0  llama  decode/nixl  ok                         120         2048      1900  3        1        4096            2          1.50        250ms
+node-1  llama  both         unsynced,draining,ejected  -           1024      0     0        0        0               0          -           -
 `
 	if got := out.String(); got != want {
 		t.Fatalf("status printed\n%s\nwant\n%s", got, want)
@@ -123,8 +123,31 @@ node-1  llama  unsynced,draining,ejected  -           1024      0     0        0
 	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out.String())
 	}
-	if len(st.Nodes) != 2 || st.Nodes[0].Blocks["gpu"] != 120 || *st.Router.ObservedHitRatio != 0.55 || st.Router.Accuracy["frontdoor"].Exact != 76 {
+	if len(st.Nodes) != 2 || st.Nodes[0].Blocks["gpu"] != 120 || st.Nodes[0].Role != "decode" || st.Nodes[0].KVConnector != "nixl" || *st.Router.ObservedHitRatio != 0.55 || st.Router.Accuracy["frontdoor"].Exact != 76 {
 		t.Fatalf("--json: %+v", st)
+	}
+}
+
+// A router that predates roles exports node_info without role labels: its nodes' ROLE is "-"
+// (unknown), not a guess, and --json leaves the role out.
+func TestStatusFromARouterWithoutRoles(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "# TYPE prefixmesh_router_node_info gauge\nprefixmesh_router_node_info{model=\"llama\",node=\"node-0\"} 1\n")
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	if code := runStatus(context.Background(), []string{"--addr", srv.URL}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	want := `NODE    MODEL  ROLE  STATE  CAPACITY  FREE  RUNNING  WAITING  QUEUED PREFILL  IN FLIGHT  TTFT SCALE  REPORT AGE
+node-0  llama  -     ok     -         0     0        0        0               0          -           -
+`
+	if got := out.String(); !strings.HasSuffix(got, "\n\n"+want) {
+		t.Fatalf("status printed\n%s\nwant the table\n%s", got, want)
+	}
+	out.Reset()
+	if code := runStatus(context.Background(), []string{"--addr", srv.URL, "--json"}, &out, &errb); code != 0 || strings.Contains(out.String(), `"role"`) {
+		t.Fatalf("--json: exit %d\n%s", code, out.String())
 	}
 }
 
