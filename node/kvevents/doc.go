@@ -8,7 +8,9 @@
 // ids, the engine's hashes kept as opaque keys beside the canonical chained hash routers compute,
 // copies counted, interior removals ending matches as in the engine; it answers
 // PeekMatchedTokens and keeps the summary journal the gossip agent publishes, so it stands in for
-// the node's local.RadixTree. Follower runs one subscription per data-parallel rank and keeps the
+// the node's local.RadixTree. Copies beyond the GPU (Tier: cpu, disk, storage, remote, other)
+// are kept per block, never matched, and answered per tier by PeekMatchedTokensByTier; copies
+// of a tier that never sends removals age out (Config.UnremovedTierTTL). Follower runs one subscription per data-parallel rank and keeps the
 // mirror in order: gaps are replayed from the engine's ROUTER replay socket, a sequence that goes
 // back drops the mirror, and a stream that cannot be recovered (or a batch that does not decode
 // whole) is cleared and rebuilt, partial: a lower bound of the engine's cache, still credited.
