@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prefixmesh/prefixmesh/internal/testenv"
 	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -109,5 +110,41 @@ func TestFlowGatewayPick(t *testing.T) {
 	stub.err = &flow.ShedError{Reason: flow.ReasonQueueFull}
 	if _, err := fd.PickForGateway(t.Context(), &GatewayRequest{Path: "/v1/completions", Body: body}); err != stub.err {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// idleLoads is a fleet of n idle nodes, as flow control reads it.
+type idleLoads int
+
+func (n idleLoads) AppendLoads(dst []flow.NodeLoad, _ string) []flow.NodeLoad {
+	for range int(n) {
+		dst = append(dst, flow.NodeLoad{})
+	}
+	return dst
+}
+
+// TestAllocsFlowAdmission: with flow control on and the fleet not saturated, the front door's
+// admission (reading the class and tenant headers, Admit, release) allocates nothing, so the
+// decision's allocation count (TestAllocsPickDecisionFixed) is the request's with flow control.
+func TestAllocsFlowAdmission(t *testing.T) {
+	testenv.SkipAllocsUnderRace(t)
+	fc, err := flow.New(flow.DefaultConfig(), idleLoads(1000), nil) // headroom 5,000
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{flow: fc}
+	h := http.Header{}
+	h.Set(flow.HeaderPriority, "critical")
+	h.Set("X-Llm-D-Inference-Fairness-Id", "acme")
+	admit := func() {
+		rel, err := s.admitFlow(t.Context(), simModel, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel()
+	}
+	admit() // the model's pool and the tenant's counters are made once
+	if a := testing.AllocsPerRun(1000, admit); a != 0 {
+		t.Fatalf("flow admission allocated %v times per request", a)
 	}
 }
