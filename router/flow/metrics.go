@@ -104,12 +104,20 @@ func (m *metrics) tenant(key string) *tenantSet {
 	if key == "" {
 		key = tenantNone
 	}
-	if ts := (*m.tenants.Load())[key]; ts != nil {
+	cur := *m.tenants.Load()
+	if ts := cur[key]; ts != nil {
 		return ts
+	}
+	// Past the cap every new tenant is other's, without the lock: a client inventing a tenant
+	// per request does not serialise the fast path.
+	if len(cur) >= m.maxTenants+2 || !utf8.ValidString(key) {
+		if ts := cur[tenantOther]; ts != nil {
+			return ts
+		}
 	}
 	m.tenantMu.Lock()
 	defer m.tenantMu.Unlock()
-	cur := *m.tenants.Load()
+	cur = *m.tenants.Load()
 	if ts := cur[key]; ts != nil {
 		return ts
 	}
