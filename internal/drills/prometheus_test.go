@@ -38,7 +38,7 @@ const promWait = 60 * time.Second
 // Every panel query of the shipped dashboard and every alert expression's signals return data
 // from a real Prometheus scraping a real cluster that has served traffic through its three
 // doors: a renamed metric or label fails here, not on an operator's screen. The cluster is two
-// routers (Raft, the endpoint picker on one), two simulated engines publishing vLLM KV events
+// routers (Raft, flow control, the endpoint picker on one), two simulated engines publishing vLLM KV events
 // and two node agents mirroring them; Prometheus (Debian's package) loads the rules too, and
 // every rule must evaluate without error.
 func TestDashboardAndAlertsOnPrometheus(t *testing.T) {
@@ -52,8 +52,9 @@ func TestDashboardAndAlertsOnPrometheus(t *testing.T) {
 	panels := dashboardQueries(t)
 	f := newFleet(t)
 	c := &cluster{fleet: f, nodes: map[string]*proc{}}
-	c.routers = append(c.routers, c.launch("router-0", c.rtrBin, append(c.routerArgs(0), "--ext-proc-listen=127.0.0.1:0")...))
-	c.routers = append(c.routers, c.launch("router-1", c.rtrBin, c.routerArgs(1)...))
+	// Flow control on, as its dashboard row and alerts read its series.
+	c.routers = append(c.routers, c.launch("router-0", c.rtrBin, append(c.routerArgs(0), "--ext-proc-listen=127.0.0.1:0", "--flow-control")...))
+	c.routers = append(c.routers, c.launch("router-1", c.rtrBin, append(c.routerArgs(1), "--flow-control")...))
 	for _, r := range c.routers {
 		c.routerCCs = append(c.routerCCs, dial(t, r.addrs["grpc"]))
 	}
@@ -432,7 +433,7 @@ func checkStatus(t *testing.T, c *cluster) {
 		}
 	}
 	for _, id := range []string{"node-0", "node-1", "node-2"} {
-		if !regexp.MustCompile(`(?m)^` + id + ` +prefixmesh-sim +ok `).MatchString(text) {
+		if !regexp.MustCompile(`(?m)^` + id + ` +prefixmesh-sim +both +ok `).MatchString(text) { // role: the default
 			t.Fatalf("status shows %s not ok:\n%s", id, text)
 		}
 	}
