@@ -34,8 +34,9 @@ check() {
 	"$work/chartcheck" -manifests "$work/rendered.yaml" -flags-dir "$work/flags" -files-root "$work/root" "$@"
 }
 
-# Every values file in ci/ is an example CI keeps true: the production-like one and one per
-# tokenizer spec (hf: from an image, render:, engine).
+# Every values file in ci/ is an example CI keeps true: the production-like one, one per
+# tokenizer spec (hf: from an image, render:, engine) and prefill/decode pools. Every node pool
+# (DaemonSet) has its own flags (node-<DaemonSet>.args): each must pass --validate-only.
 for values in "" "$chart"/ci/*.yaml; do
 	name="${values:-defaults}"
 	args=()
@@ -44,11 +45,23 @@ for values in "" "$chart"/ci/*.yaml; do
 	"$helm" lint --strict "$chart" "${args[@]}" >/dev/null
 	render "${args[@]}"
 	check -cluster-domain cluster.local
-	mapfile -t node_args <"$work/flags/node.args"
+	for pool in "$work"/flags/node-*.args; do
+		mapfile -t node_args <"$pool"
+		"$work/prefixmesh-node" "${node_args[@]}" --validate-only
+	done
 	mapfile -t router_args <"$work/flags/router.args"
-	"$work/prefixmesh-node" "${node_args[@]}" --validate-only
 	"$work/prefixmesh-router" "${router_args[@]}" --validate-only
 done
+# The prefill/decode example renders a DaemonSet per pool, and its InferencePool leaves the
+# prefill pods out.
+render -f "$chart/ci/pd-values.yaml"
+check -cluster-domain cluster.local >/dev/null
+for ds in prefill decode; do
+	[ -f "$work/flags/node-pm-prefixmesh-node-$ds.args" ] || { echo "checkchart: no $ds pool DaemonSet" >&2; exit 1; }
+done
+grep -qx -- '--role=prefill' "$work/flags/node-pm-prefixmesh-node-prefill.args" &&
+	grep -qx -- '--role=decode' "$work/flags/node-pm-prefixmesh-node-decode.args" ||
+	{ echo "checkchart: a pool's agents do not run its role" >&2; exit 1; }
 
 # The reference Envoys for the endpoint picker, decoded into Envoy's own protos.
 for envoy in deploy/envoy/*.yaml; do "$work/chartcheck" -envoy "$envoy"; done
@@ -69,7 +82,9 @@ for bad in "blockSize=0" "router.policy=fastest" "node.engine=gpu" "router.persi
 	"node.engineContainer.args={--block-size=16}" \
 	"gateway.enabled=true,gateway.httpRoute.create=true" "gateway.inferencePool.failureMode=Maybe" "gateway.extProcTLS=maybe" \
 	"gateway.enabled=true,tls.enabled=false" "networkPolicy.enabled=maybe" \
-	"dashboards.label=-bad" "dashboards.labelValue=not one" "alerts.enabled=yes"; do
+	"dashboards.label=-bad" "dashboards.labelValue=not one" "alerts.enabled=yes" \
+	"node.role=leader" "node.kvConnector=mooncake" "node.pools[0].name=a,node.pools[0].role=encode" "node.pools[0].name=Prefill" \
+	"node.pools[0].name=a,node.pools[1].name=a" "node.pools[0].name=a,node.pools[0].sglangBootstrapPort=9000"; do
 	if "$helm" template pm "$chart" "${vllm[@]}" --set router.tokenizer=engine --set "$bad" >/dev/null 2>&1 &&
 		"$helm" template pm "$chart" --set "$bad" >/dev/null 2>&1; then
 		echo "checkchart: the chart accepted $bad" >&2
@@ -96,6 +111,14 @@ reject "an engine sidecar without probes" "${vllm[@]}" --set router.tokenizer=en
 reject "vLLM flags not matched to the agent's" "${vllm[@]}" --set router.tokenizer=engine --set node.engineContainer.injectFlags=false
 reject "vLLM flags that disagree with the agent's" "${vllm[@]}" --set router.tokenizer=engine --set node.engineContainer.injectFlags=false \
 	--set-json 'node.engineContainer.args=["--port=8000","--served-model-name=prefixmesh-sim","--block-size=32","--enable-prompt-tokens-details","--kv-events-config={\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"}"]'
+reject "an InferencePool over prefill-only engines" -f "$chart/ci/pd-values.yaml" \
+	--set-json 'gateway.inferencePool.selector={"app.kubernetes.io/component":"node"}'
+render -f "$chart/ci/pd-values.yaml"
+sed 's/^            - --role=prefill$/            - --role=decode/' "$work/rendered.yaml" >"$work/relabel.yaml" && mv "$work/relabel.yaml" "$work/rendered.yaml"
+if check -cluster-domain cluster.local >/dev/null 2>&1; then
+	echo "checkchart: chartcheck accepted pods whose role label is not their agent's --role" >&2
+	exit 1
+fi
 reject "router voters free to share a host" --set-json 'router.affinity={"podAffinity":{}}'
 # A NetworkPolicy that no longer admits a port the pods open (here Raft's) must be caught.
 render

@@ -45,6 +45,11 @@ func TestHelmFlags(t *testing.T) {
 			"--kv-events-listen=tcp://127.0.0.1:5557", "--kv-events-replay=tcp://127.0.0.1:5657", "--kv-events-topic=", "--dp-size=1", "--state-dir=/var/lib/prefixmesh/node"}),
 		"sglang, no replay, dialling": join(common, []string{"--insecure-gossip"}, plain, mirrorNode, []string{"--engine=sglang", "--engine-url=http://10.0.0.7:30000",
 			"--kv-events=tcp://127.0.0.1:5557", "--kv-events-replay=", "--kv-events-topic=kv@", "--dp-size=2"}),
+		// A node pool's own args (node.pools): its role and KV connector.
+		"sglang prefill pool": join(common, []string{"--insecure-gossip"}, plain, mirrorNode, []string{"--engine=sglang", "--engine-url=http://10.0.0.7:8000",
+			"--kv-events-listen=tcp://127.0.0.1:5557", "--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=8998"}),
+		"vllm decode pool": join(common, []string{"--insecure-gossip"}, plain, mirrorNode, []string{"--engine=vllm", "--engine-url=http://10.0.0.7:8000",
+			"--kv-events-listen=tcp://127.0.0.1:5557", "--role=decode", "--kv-connector=nixl"}),
 	}
 	args := []string{"--node-id=gpu-node-7"}
 	for name, flags := range cases {

@@ -82,9 +82,10 @@ type httpRoute struct {
 // checkGateway checks the InferencePool and HTTPRoute against the rest of the chart: the pool's
 // endpoint picker is a port of a rendered Service whose target is the router's ext-proc port, which
 // the router's flags serve; its selector selects the node agents' pods (which hold the engines)
-// and its target port is the engine container's; the route's backend is the pool.
+// and its target port is the engine container's, and no prefill-only pool is among them; the
+// route's backend is the pool.
 func checkGateway(pools []inferencePool, routes []httpRoute, services []corev1.Service, router appsv1.StatefulSet,
-	nodes []appsv1.DaemonSet, routerFlags string) error {
+	nodes []appsv1.DaemonSet, routerFlags, nodeFlags string) error {
 	if len(pools) == 0 {
 		if len(routes) > 0 {
 			return errors.New("an HTTPRoute without an InferencePool")
@@ -141,6 +142,10 @@ func checkGateway(pools []inferencePool, routes []httpRoute, services []corev1.S
 		}
 		if !ok || len(p.Spec.Selector.MatchLabels) == 0 {
 			continue
+		}
+		// A prefill-only engine cannot finish a request: the gateway must not pick it.
+		if role := agentRole(ds, flagLines(nodeFlags)); role == "prefill" {
+			return fmt.Errorf("the InferencePool selects DaemonSet %q, whose agents run --role=prefill", ds.Name)
 		}
 		selected = true
 		ports := false

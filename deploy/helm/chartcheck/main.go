@@ -30,7 +30,7 @@ import (
 
 func main() {
 	manifests := flag.String("manifests", "", "rendered manifests (multi-document YAML)")
-	flagsDir := flag.String("flags-dir", "", "directory to write node.args and router.args into")
+	flagsDir := flag.String("flags-dir", "", "directory to write router.args, node-<DaemonSet>.args (one per node pool) and node.args (the first pool's) into")
 	root := flag.String("files-root", "", "rewrite "+mountRoot+" paths under this directory and create the mounted files there")
 	domain := flag.String("cluster-domain", "", "the clusterDomain the chart was rendered with: Raft and gossip addresses must use it")
 	envoy := flag.String("envoy", "", "instead, check this Envoy bootstrap (deploy/envoy) against Envoy's protos")
@@ -139,12 +139,20 @@ func run(path, flagsDir, root, domain string) error {
 	if err := checkPod("router", router.Spec.Template.Spec, flagFiles, "router.flags", filepath.Join(flagsDir, "router.args"), root); err != nil {
 		return err
 	}
-	if err := checkGateway(pools, routes, services, router, daemonSets, flagFiles["router.flags"]); err != nil {
+	if err := checkGateway(pools, routes, services, router, daemonSets, flagFiles["router.flags"], flagFiles["node.flags"]); err != nil {
 		return err
 	}
-	for _, ds := range daemonSets {
-		if err := checkPod("node", ds.Spec.Template.Spec, flagFiles, "node.flags", filepath.Join(flagsDir, "node.args"), root); err != nil {
-			return err
+	// Each DaemonSet (node pool) writes its own flags, node-<name>.args, as pools pass different
+	// flags (--role, --kv-connector); node.args is the first's, for callers that check one.
+	for i, ds := range daemonSets {
+		outs := []string{"node-" + ds.Name + ".args"}
+		if i == 0 {
+			outs = append(outs, "node.args")
+		}
+		for _, out := range outs {
+			if err := checkPod("node", ds.Spec.Template.Spec, flagFiles, "node.flags", filepath.Join(flagsDir, out), root); err != nil {
+				return fmt.Errorf("DaemonSet %q: %w", ds.Name, err)
+			}
 		}
 	}
 	if err := checkRules(router, daemonSets, flagFiles, domain); err != nil {

@@ -205,6 +205,11 @@ func checkNodePod(ds appsv1.DaemonSet, nodeFlags []string) error {
 	if agent == nil {
 		return errors.New("node: no container named agent")
 	}
+	// The pod's role label is what an InferencePool selects on: it must say the role the agent
+	// gossips, or the gateway sends whole requests to a prefill-only engine.
+	if role, label := agentRole(ds, nodeFlags), ds.Spec.Template.Labels[roleLabel]; label != role {
+		return fmt.Errorf("node: DaemonSet %q labels its pods %s=%q, but its agent runs --role=%s", ds.Name, roleLabel, label, role)
+	}
 	if engineKind != "sim" && budget(agent.StartupProbe) < minEngineStartup {
 		return fmt.Errorf("node: the agent's startup probe gives up after %v, but it is NOT_SERVING until its %s engine answers (want at least %v)",
 			budget(agent.StartupProbe), engineKind, minEngineStartup)
@@ -225,6 +230,24 @@ func checkNodePod(ds appsv1.DaemonSet, nodeFlags []string) error {
 		return nil
 	}
 	return checkEngineFlags(engineKind, eng, agent, nodeFlags)
+}
+
+// roleLabel is the pod label naming the agent's serving role.
+const roleLabel = "prefixmesh.io/role"
+
+// agentRole is the --role a DaemonSet's agent runs with: its container args win over the flag
+// file, and without either the agent's default, both.
+func agentRole(ds appsv1.DaemonSet, nodeFlags []string) string {
+	role := "both"
+	if v, ok := flagValue(nodeFlags, "--role"); ok {
+		role = v
+	}
+	if a := container(ds.Spec.Template.Spec, "agent"); a != nil {
+		if v, ok := flagValue(a.Args, "--role"); ok {
+			role = v
+		}
+	}
+	return role
 }
 
 // checkEngineFlags compares the engine's flags with the agent's: the block size, the KV-event

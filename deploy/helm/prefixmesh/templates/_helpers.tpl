@@ -155,3 +155,37 @@ interface, which a NetworkPolicy must close. The engine always binds its replay 
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The node agent pools, resolved: node.pools, or one unnamed pool of node.* when it is empty
+(the single DaemonSet of earlier releases, its name and selector unchanged). Each pool's role,
+KV connector, bootstrap port and placement fall back to node.*; a JSON list, read with
+fromJsonArray, so the DaemonSets and the InferencePool resolve pools the same way. */}}
+{{- define "prefixmesh.nodePools" -}}
+{{- $n := .Values.node -}}
+{{- $out := list -}}
+{{- $seen := dict -}}
+{{- range $p := ($n.pools | default (list (dict "name" ""))) -}}
+{{- if hasKey $seen $p.name -}}
+{{- fail (printf "node.pools: two pools named %q (each is a DaemonSet named after it)" $p.name) -}}
+{{- end -}}
+{{- $_ := set $seen $p.name true -}}
+{{- $r := dict "name" $p.name "role" ($p.role | default $n.role) "engineArgs" ($p.engineArgs | default list) -}}
+{{- range $k := list "kvConnector" "sglangBootstrapPort" "nodeSelector" "tolerations" "affinity" -}}
+{{- $_ := set $r $k (ternary (get $p $k) (get $n $k) (hasKey $p $k)) -}}
+{{- end -}}
+{{- if and (ne $r.kvConnector "sglang") (hasKey $p "sglangBootstrapPort") -}}
+{{- fail (printf "node.pools[%s].sglangBootstrapPort: only kvConnector sglang has a bootstrap server" $p.name) -}}
+{{- end -}}
+{{- $out = append $out $r -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Whether the InferencePool must leave some node pods out: a pool of prefill-only engines,
+which cannot finish a request. Only then does its selector add prefixmesh.io/serves-decode, so
+that an install without such a pool keeps its selector across upgrades. */}}
+{{- define "prefixmesh.hasPrefillPool" -}}
+{{- range fromJsonArray (include "prefixmesh.nodePools" .) -}}
+{{- if eq .role "prefill" }}true{{ end -}}
+{{- end -}}
+{{- end -}}
