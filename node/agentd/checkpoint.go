@@ -30,9 +30,9 @@ const (
 
 // loadMirror returns the mirror to follow the engine with: the checkpoint's under --state-dir
 // when there is a usable one (with the checkpoint), else an empty one.
-func loadMirror(cfg Config, logger *slog.Logger) (*kvevents.Mirror, *kvevents.Checkpoint) {
+func loadMirror(cfg Config, logger *slog.Logger) (*kvevents.CacheMirror, *kvevents.Checkpoint) {
 	if cfg.StateDir == "" {
-		return kvevents.NewMirror(cfg.BlockSize), nil
+		return kvevents.NewCacheMirror(cfg.BlockSize), nil
 	}
 	path := filepath.Join(cfg.StateDir, checkpointFile)
 	f, err := os.Open(path)
@@ -40,13 +40,13 @@ func loadMirror(cfg Config, logger *slog.Logger) (*kvevents.Mirror, *kvevents.Ch
 		if !errors.Is(err, os.ErrNotExist) {
 			logger.Warn("kv events checkpoint unreadable: starting empty", "path", path, "err", err)
 		}
-		return kvevents.NewMirror(cfg.BlockSize), nil
+		return kvevents.NewCacheMirror(cfg.BlockSize), nil
 	}
 	defer f.Close()
 	m, ck, err := kvevents.ReadCheckpoint(f, cfg.BlockSize, cfg.DPSize)
 	if err != nil {
 		logger.Warn("kv events checkpoint refused: starting empty", "path", path, "err", err)
-		return kvevents.NewMirror(cfg.BlockSize), nil
+		return kvevents.NewCacheMirror(cfg.BlockSize), nil
 	}
 	s := m.MirrorStats()
 	logger.Info("kv events mirror restored from the checkpoint", "path", path, "blocks", s.Blocks, "visible", s.Visible)
@@ -57,7 +57,7 @@ func loadMirror(cfg Config, logger *slog.Logger) (*kvevents.Mirror, *kvevents.Ch
 type checkpointer struct {
 	path    string
 	dpSize  int
-	mirror  *kvevents.Mirror
+	mirror  *kvevents.CacheMirror
 	started func() float64
 	log     *slog.Logger
 	writes  *prometheus.CounterVec
@@ -66,7 +66,7 @@ type checkpointer struct {
 	wg      sync.WaitGroup
 }
 
-func startCheckpointer(ctx context.Context, cfg Config, mirror *kvevents.Mirror, started func() float64, log *slog.Logger, reg prometheus.Registerer) (*checkpointer, error) {
+func startCheckpointer(ctx context.Context, cfg Config, mirror *kvevents.CacheMirror, started func() float64, log *slog.Logger, reg prometheus.Registerer) (*checkpointer, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}

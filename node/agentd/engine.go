@@ -27,7 +27,7 @@ type engineSide struct {
 // the agent's). With --engine=external the engine is another process that calls NodeCache over
 // gRPC; nothing runs here, and --engine-url is what gets advertised. With --engine=vllm|sglang
 // the engine is another process whose KV events keep mirror in step (startMirror).
-func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.Mirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
+func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror *kvevents.CacheMirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry, mux *http.ServeMux) (engineSide, error) {
 	switch cfg.Engine {
 	case engineExternal:
 		logger.Info("external engine", "url", cfg.EngineURL)
@@ -102,7 +102,7 @@ func resolveModel(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 // per data-parallel rank) and probes its health, load and process start time. The agent is
 // healthy while the engine is; a changed start time drops the mirror (a restart the event stream
 // may not show). The follower's restarts and completeness go to ann.
-func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.Mirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
+func startMirror(ctx context.Context, cfg *Config, mirror *kvevents.CacheMirror, restored *kvevents.Checkpoint, ann *announcer, logger *slog.Logger, reg *prometheus.Registry) (engineSide, error) {
 	log := logger.With("component", "kvevents")
 	kc := cfg.kvEventsConfig()
 	kc.OnRestart, kc.OnComplete = ann.restarted, ann.completeChanged

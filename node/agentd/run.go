@@ -90,7 +90,7 @@ type daemon struct {
 
 	// The cache (openCache): a tree, or a mirror of a real engine's cache.
 	tree     *local.RadixTree
-	mirror   *kvevents.Mirror
+	mirror   *kvevents.CacheMirror
 	restored *kvevents.Checkpoint // with --state-dir, what the mirror was restored from
 	view     cacheView
 
@@ -361,7 +361,7 @@ func (d *daemon) drainAll(stopHealth func()) {
 }
 
 // cacheView is the node's cache as the NodeCache service and the gossip agent read it: a
-// local.RadixTree, or a kvevents.Mirror of a real engine's cache.
+// local.RadixTree, or a kvevents.CacheMirror of a real engine's cache.
 type cacheView interface {
 	node.Tree
 	cluster.Source
@@ -369,7 +369,7 @@ type cacheView interface {
 
 var (
 	_ cacheView = (*local.RadixTree)(nil)
-	_ cacheView = (*kvevents.Mirror)(nil)
+	_ cacheView = (*kvevents.CacheMirror)(nil)
 )
 
 // followHealth makes the agent's readiness (ready, then apply: /healthz, grpc.health.v1) follow

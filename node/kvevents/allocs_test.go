@@ -20,7 +20,7 @@ func TestAllocsDecodeApply(t *testing.T) {
 	}{{"map-int", LayoutMap, HashInt}, {"array-int", LayoutArray, HashInt}, {"map-bytes", LayoutMap, HashBytes}} {
 		store, remove, _ := benchBatches(c.layout, c.hashes)
 		d := NewDecoder()
-		m := NewMirror(16)
+		m := NewCacheMirror(16)
 		rootBlock(m)
 		seq := uint64(0)
 		run := func() {
@@ -48,7 +48,7 @@ func TestAllocsDecodeApply(t *testing.T) {
 // the driver's executor, with no sockets, for the in-order live path.
 func followerHotPath(t testing.TB) (live func(seq uint64, payload []byte), store, remove []byte) {
 	store, remove, _ = benchBatches(LayoutMap, HashInt)
-	m := NewMirror(16)
+	m := NewCacheMirror(16)
 	rootBlock(m)
 	f, err := NewFollower(DefaultConfig(), m, nil, nil)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestAllocsDecodeApplyCPU(t *testing.T) {
 	testenv.SkipAllocsUnderRace(t)
 	gpu, store, remove, _ := cpuBenchBatches()
 	d := NewDecoder()
-	m := NewMirror(16)
+	m := NewCacheMirror(16)
 	rootBlock(m)
 	tierBenchRun(t, d, m, gpu, nil)()
 	run := tierBenchRun(t, d, m, store, remove)

@@ -38,7 +38,7 @@ func benchBatches(layout Layout, hashes HashFormat) (store, remove []byte, block
 	return store, remove, prompts * perPrompt
 }
 
-func rootBlock(m *Mirror) {
+func rootBlock(m *CacheMirror) {
 	m.Apply(0, &Event{Kind: KindStored, Hashes: []uint64{1}, Tokens: make([]uint32, 16), BlockSize: 16})
 }
 
@@ -55,7 +55,7 @@ func BenchmarkDecodeApply(b *testing.B) {
 		store, remove, blocks := benchBatches(c.layout, c.hashes)
 		b.Run(c.name+"/decode+apply", func(b *testing.B) {
 			d := NewDecoder()
-			m := NewMirror(16)
+			m := NewCacheMirror(16)
 			rootBlock(m)
 			run := func(i int) {
 				for _, p := range [][]byte{store, remove} {
@@ -108,7 +108,7 @@ func BenchmarkMirrorMemory(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		before := heap()
-		m := NewMirror(bs)
+		m := NewCacheMirror(bs)
 		ev := Event{Kind: KindStored, BlockSize: bs}
 		for c := 0; c < chains; c++ {
 			ev.Hashes, ev.Tokens = ev.Hashes[:0], ev.Tokens[:0]
@@ -148,7 +148,7 @@ func BenchmarkMirrorMemory(b *testing.B) {
 
 // BenchmarkPeek: a router-style peek of a 2,048-token prompt against a mirror holding it.
 func BenchmarkPeek(b *testing.B) {
-	m := NewMirror(16)
+	m := NewCacheMirror(16)
 	toks := make([]uint32, 2048)
 	for i := range toks {
 		toks[i] = uint32(i)
@@ -241,7 +241,7 @@ func cpuBenchBatches() (gpu, store, remove []byte, blocks int) {
 
 // tierBenchRun returns one iteration of decoding and applying a store and a removal batch, with
 // the follower's Expire after each, against a mirror prepared by setup.
-func tierBenchRun(t testing.TB, d *Decoder, m *Mirror, store, remove []byte) func() {
+func tierBenchRun(t testing.TB, d *Decoder, m *CacheMirror, store, remove []byte) func() {
 	seq := uint64(10)
 	return func() {
 		for _, p := range [][]byte{store, remove} {
@@ -275,7 +275,7 @@ func BenchmarkDecodeApplyTiers(b *testing.B) {
 	}{{"gpu-baseline", gpuStore, gpuRemove, blocks, nil}, {"cpu-self-describing", cpuStore, cpuRemove, cpuBlocks, gpu}} {
 		b.Run(c.name, func(b *testing.B) {
 			d := NewDecoder()
-			m := NewMirror(16)
+			m := NewCacheMirror(16)
 			rootBlock(m)
 			if c.pre != nil {
 				tierBenchRun(b, d, m, c.pre, nil)()

@@ -4,7 +4,7 @@ package kvevents
 // by the node agent (--state-dir) so that a restarted agent starts from what it knew instead of
 // an empty, partial mirror. A restored rank is cold until the follower knows what happened while
 // the agent was down: the gap since the checkpoint replayed (exact again), or, when it cannot be
-// replayed, a partial mirror whose restored copies are provisional (Mirror: confirmed when the
+// replayed, a partial mirror whose restored copies are provisional (CacheMirror: confirmed when the
 // engine stores the block again, dropped when it removes it). An engine restart meanwhile (its
 // sequence or its start time) drops the checkpoint.
 
@@ -50,7 +50,7 @@ const (
 var ErrCheckpoint = errors.New("kvevents: bad checkpoint")
 
 // setSeq records rank's position (under m.mu, so a checkpoint pairs it with the contents).
-func (m *Mirror) setSeq(rank int, s RankSeq) {
+func (m *CacheMirror) setSeq(rank int, s RankSeq) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seqs[rank] = s
@@ -58,7 +58,7 @@ func (m *Mirror) setSeq(rank int, s RankSeq) {
 
 // ConfirmRestored marks every restored copy of rank as confirmed: the gap since the checkpoint
 // was replayed, so the mirror is what the engine holds.
-func (m *Mirror) ConfirmRestored(rank int) {
+func (m *CacheMirror) ConfirmRestored(rank int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := range m.nodes {
@@ -72,7 +72,7 @@ func (m *Mirror) ConfirmRestored(rank int) {
 
 // AppendCheckpoint appends the mirror's checkpoint for dpSize ranks to buf, with the engine's
 // start time. The mirror is locked while it is serialised (a copy-speed loop over the arena).
-func (m *Mirror) AppendCheckpoint(buf []byte, dpSize int, engineStart float64) []byte {
+func (m *CacheMirror) AppendCheckpoint(buf []byte, dpSize int, engineStart float64) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	buf = append(buf, ckptMagic[:]...)
@@ -130,11 +130,11 @@ func (m *Mirror) AppendCheckpoint(buf []byte, dpSize int, engineStart float64) [
 }
 
 // ReadCheckpoint rebuilds a mirror from a checkpoint written for blockSize and dpSize ranks.
-// Every GPU copy it restores is provisional (see Mirror). A checkpoint for another block size or
+// Every GPU copy it restores is provisional (see CacheMirror). A checkpoint for another block size or
 // rank count is refused.
-func ReadCheckpoint(r io.Reader, blockSize, dpSize int) (*Mirror, Checkpoint, error) {
+func ReadCheckpoint(r io.Reader, blockSize, dpSize int) (*CacheMirror, Checkpoint, error) {
 	br := bufio.NewReader(r)
-	bad := func(format string, args ...any) (*Mirror, Checkpoint, error) {
+	bad := func(format string, args ...any) (*CacheMirror, Checkpoint, error) {
 		return nil, Checkpoint{}, fmt.Errorf("%w: %s", ErrCheckpoint, fmt.Sprintf(format, args...))
 	}
 	var hdr [8 + 4 + 4 + 8]byte
@@ -167,7 +167,7 @@ func ReadCheckpoint(r io.Reader, blockSize, dpSize int) (*Mirror, Checkpoint, er
 	if count > maxCkptNodes {
 		return bad("%d nodes (max %d)", count, maxCkptNodes)
 	}
-	m := NewMirror(blockSize)
+	m := NewCacheMirror(blockSize)
 	parents := make([]uint32, 0, min(count, 1<<20))
 	const fixed = 8 + 4 + 4 + 8 + 4*numTiers + 2 + 4
 	var rec [fixed]byte

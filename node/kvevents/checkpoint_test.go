@@ -13,7 +13,7 @@ import (
 // as the engine recomputes it.
 func TestCheckpointProvisionalCopies(t *testing.T) {
 	const bs = 4
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	a := toks(1, 8)
 	m.Apply(0, &Event{Kind: KindStored, Hashes: []uint64{10, 11}, Tokens: a, BlockSize: bs})
 	r, _, err := ReadCheckpoint(bytes.NewReader(m.AppendCheckpoint(nil, 1, 0)), bs, 1)
@@ -41,7 +41,7 @@ func TestCheckpointProvisionalCopies(t *testing.T) {
 // refused with ErrCheckpoint, never a panic.
 func TestCheckpointRefusesBadFiles(t *testing.T) {
 	const bs = 4
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	m.Apply(0, &Event{Kind: KindStored, Hashes: []uint64{10, 11}, Tokens: toks(1, 8), BlockSize: bs})
 	m.Apply(0, &Event{Kind: KindStored, Hashes: []uint64{20}, Parent: 99, HasParent: true, Tokens: toks(50, 4), BlockSize: bs})
 	ck := m.AppendCheckpoint(nil, 1, 0)
@@ -68,10 +68,10 @@ func TestCheckpointRefusesBadFiles(t *testing.T) {
 // restoreRun mirrors pub from its first batch with a follower, checkpoints it, closes it, lets
 // between run (the engine going on while the agent is down) and starts a new follower from the
 // checkpoint. It returns the new mirror and follower.
-func restoreRun(t *testing.T, ctx context.Context, pub *Publisher, withReplay bool, first []Event, between func()) (*Mirror, *Follower) {
+func restoreRun(t *testing.T, ctx context.Context, pub *Publisher, withReplay bool, first []Event, between func()) (*CacheMirror, *Follower) {
 	t.Helper()
 	const bs = 4
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	cfg := DefaultConfig()
 	cfg.Endpoint = pub.Addr()
 	if withReplay {

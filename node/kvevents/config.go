@@ -43,7 +43,7 @@ type Config struct {
 	// so an idle probe costs a quiet engine one small request every 2 s.
 	IdleProbe time.Duration
 	// UnremovedTierTTL is how long the mirror believes a copy on a tier that has not sent a
-	// removal on its rank (Mirror.SetUnremovedTTL): DefaultUnremovedTierTTL, 10 minutes (see
+	// removal on its rank (CacheMirror.SetUnremovedTTL): DefaultUnremovedTierTTL, 10 minutes (see
 	// there for why). It applies per rank and tier, and only until that tier's first removal,
 	// so it limits exactly the tiers that never remove (LMCache's), not the engine's own. 0
 	// believes such copies until removed.

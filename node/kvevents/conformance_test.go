@@ -164,7 +164,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func converge(t *testing.T, m *Mirror, ref *refMirror, what string) {
+func converge(t *testing.T, m *CacheMirror, ref *refMirror, what string) {
 	t.Helper()
 	want := ref.summary()
 	deadline := time.Now().Add(20 * time.Second)
@@ -225,7 +225,7 @@ func runConformance(t *testing.T, args []string) {
 		topic = "kv@" // subscribe by prefix
 	}
 
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	ref := &refMirror{bs: bs, blocks: map[mkey]*refBlock{}}
 	cfg := DefaultConfig()
 	cfg.Endpoint, cfg.Replay, cfg.Topic = py.pub, py.replay, topic
@@ -452,7 +452,7 @@ func checkSGLangChain(t *testing.T, tokens []uint32, bs int, r pyReply) {
 func TestConformanceHWMDrops(t *testing.T) {
 	const bs = 4
 	py := startPy(t, "--flavor", "vllm", "--layout", "map", "--replay", "--hwm", "2", "--buffer-steps", "100000")
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	ref := &refMirror{bs: bs, blocks: map[mkey]*refBlock{}}
 	cfg := DefaultConfig()
 	cfg.Endpoint, cfg.Replay, cfg.QueueLen = py.pub, py.replay, 1

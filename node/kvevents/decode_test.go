@@ -191,7 +191,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(append([]byte(nil), e.Encode(1, []Event{{Kind: KindStored, Hashes: []uint64{1}, Parent: 2, HasParent: true, Tokens: []uint32{1, 2, 3, 4}, BlockSize: 4, Group: 1}}, 0)...))
 	d := NewDecoder()
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		m := NewMirror(4)
+		m := NewCacheMirror(4)
 		b, err := d.Decode(0, payload)
 		if err != nil {
 			if !errors.Is(err, ErrPayload) && !errors.Is(err, ErrTooBig) {

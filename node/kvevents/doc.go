@@ -4,7 +4,7 @@
 // event is BlockStored, BlockRemoved or AllBlocksCleared, as a tagged positional array or a map
 // keyed by "type" (docs/engine-integration.md has the layouts and versions). Decoder reads both
 // shapes, hashes of any integer width or as bytes, and skips and counts unknown tags and fields
-// without failing the batch. Mirror applies the events: blocks chained by parent hash and token
+// without failing the batch. CacheMirror applies the events: blocks chained by parent hash and token
 // ids, the engine's hashes kept as opaque keys beside the canonical chained hash routers compute,
 // copies counted, interior removals ending matches as in the engine; it answers
 // PeekMatchedTokens and keeps the summary journal the gossip agent publishes, so it stands in for
@@ -29,7 +29,7 @@
 // timer, and at most one replay or probe exchange, always last). The driver (driver.go) owns
 // every socket, the replay DEALER exchanges and the timer; it executes the actions and feeds
 // each exchange's answer back. So every transition can be scripted: testdata/follower holds
-// the scenarios, one story per file, run by trace_test.go against a real Mirror.
+// the scenarios, one story per file, run by trace_test.go against a real CacheMirror.
 //
 // Publisher and
 // Encoder are the producing side, vLLM's wire format exactly: the simulated engine publishes its

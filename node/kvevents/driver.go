@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Follower keeps a Mirror in step with an engine: one subscription per data-parallel rank, each
+// Follower keeps a CacheMirror in step with an engine: one subscription per data-parallel rank, each
 // a socket reader goroutine feeding one ordered applier goroutine (the live SUB and the replay
 // DEALER never share a socket). The applier checks every sequence number: the next one is
 // applied; a gap is replayed from the engine's replay socket (both reply layouts, with
@@ -41,7 +41,7 @@ import (
 // and its buffer moved on), or the engine restarted (cleared).
 type Follower struct {
 	cfg    Config
-	mirror *Mirror
+	mirror *CacheMirror
 	log    *slog.Logger
 	met    *metrics
 	ranks  []*rankState
@@ -74,7 +74,7 @@ type rankMetrics struct {
 }
 
 // NewFollower validates cfg and builds a follower over mirror; metrics go to reg when not nil.
-func NewFollower(cfg Config, mirror *Mirror, logger *slog.Logger, reg prometheus.Registerer) (*Follower, error) {
+func NewFollower(cfg Config, mirror *CacheMirror, logger *slog.Logger, reg prometheus.Registerer) (*Follower, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -178,7 +178,7 @@ func TestFollowerReplayRevealsRestart(t *testing.T) {
 	defer cancel()
 	fe := startFakeEngine(t, ctx)
 	var log hookLog
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	cfg := DefaultConfig()
 	cfg.Endpoint, cfg.Replay = fe.endpoints()
 	cfg.OnRestart = func(rank int) { log.add(fmt.Sprintf("restart(%d)", rank)) }

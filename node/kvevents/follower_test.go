@@ -51,15 +51,15 @@ func freePorts(t *testing.T, n int) int {
 type listeningFollower struct {
 	t   *testing.T
 	ctx context.Context
-	m   *Mirror
+	m   *CacheMirror
 	cfg Config
 	f   *Follower
 }
 
-func startListening(t *testing.T, bs int, tune func(m *Mirror, cfg *Config)) *listeningFollower {
+func startListening(t *testing.T, bs int, tune func(m *CacheMirror, cfg *Config)) *listeningFollower {
 	t.Helper()
 	port := freePorts(t, 1)
-	l := &listeningFollower{t: t, m: NewMirror(bs), cfg: DefaultConfig()}
+	l := &listeningFollower{t: t, m: NewCacheMirror(bs), cfg: DefaultConfig()}
 	l.cfg.Endpoint, l.cfg.Listen = "tcp://127.0.0.1:"+itoa(port), true
 	if tune != nil {
 		tune(l.m, &l.cfg)
@@ -117,7 +117,7 @@ func TestFollowerDataParallelRanks(t *testing.T) {
 		defer p.Close()
 		pubs = append(pubs, p)
 	}
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	cfg := DefaultConfig()
 	cfg.Endpoint, cfg.Replay, cfg.DPSize = "tcp://127.0.0.1:"+itoa(pubBase), "tcp://127.0.0.1:"+itoa(repBase), 2
 	f, err := NewFollower(cfg, m, nil, nil)
@@ -192,7 +192,7 @@ func TestFollowerEngineProcessRestart(t *testing.T) {
 		return nil
 	}
 	old := start()
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	cfg := DefaultConfig()
 	cfg.Endpoint, cfg.Replay = old.Addr(), old.ReplayAddr()
 	cfg.RedialInterval = 20 * time.Millisecond
@@ -241,7 +241,7 @@ func TestFollowerHooks(t *testing.T) {
 	const bs = 4
 	a, b, c := toks(1, 4), toks(20, 4), toks(40, 4)
 	var log hookLog
-	l := startListening(t, bs, func(m *Mirror, cfg *Config) { // no replay socket
+	l := startListening(t, bs, func(m *CacheMirror, cfg *Config) { // no replay socket
 		cfg.OnComplete = func(rank int, ok bool) { log.add(fmt.Sprintf("complete(%d,%v)", rank, ok)) }
 		cfg.OnRestart = func(rank int) {
 			log.add(fmt.Sprintf("restart(%d,old=%d)", rank, m.PeekMatchedTokens(a, bs, 0)+m.PeekMatchedTokens(b, bs, 0)))

@@ -105,7 +105,7 @@ func TestMirrorHybridGoldens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewMirror(4)
+	m := NewCacheMirror(4)
 	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 	m.Apply(0, &b.Events[0])
 	if got := m.PeekMatchedTokens(tokens, 4, 0); got != 8 {

@@ -7,7 +7,7 @@ import "github.com/prefixmesh/prefixmesh/local"
 
 // SummarySince appends every change after since; ok is false when since has left the ring or is
 // ahead of head (take a SummarySnapshot then).
-func (m *Mirror) SummarySince(since uint64, dst []local.SummaryEvent) ([]local.SummaryEvent, uint64, bool) {
+func (m *CacheMirror) SummarySince(since uint64, dst []local.SummaryEvent) ([]local.SummaryEvent, uint64, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.journal.Since(since, dst)
@@ -15,7 +15,7 @@ func (m *Mirror) SummarySince(since uint64, dst []local.SummaryEvent) ([]local.S
 
 // SummarySnapshot appends the canonical hash of every visible block and returns the sequence
 // number it corresponds to.
-func (m *Mirror) SummarySnapshot(dst []uint64) ([]uint64, uint64) {
+func (m *CacheMirror) SummarySnapshot(dst []uint64) ([]uint64, uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for h := range m.canon {
@@ -25,7 +25,7 @@ func (m *Mirror) SummarySnapshot(dst []uint64) ([]uint64, uint64) {
 }
 
 // SummaryHead is the sequence number of the newest change.
-func (m *Mirror) SummaryHead() uint64 {
+func (m *CacheMirror) SummaryHead() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.journal.Head()

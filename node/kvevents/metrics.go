@@ -24,7 +24,7 @@ type metrics struct {
 	peerEnds   *prometheus.CounterVec // --kv-events-listen: peer connections that ended
 }
 
-func newMetrics(reg prometheus.Registerer, mir *Mirror) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, mir *CacheMirror) (*metrics, error) {
 	const ns, sub = "prefixmesh", "kvevents"
 	rank := []string{"rank"}
 	m := &metrics{
@@ -96,7 +96,7 @@ func (m *metrics) initRank(r string) {
 }
 
 // mirrorCollector exports the mirror's levels at scrape time.
-type mirrorCollector struct{ m *Mirror }
+type mirrorCollector struct{ m *CacheMirror }
 
 var (
 	descBlocks  = prometheus.NewDesc("prefixmesh_kvevents_mirrored_blocks", "Blocks mirrored from the engine (any tier).", nil, nil)

@@ -9,7 +9,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/local"
 )
 
-// Mirror is the node's copy of an engine's prefix cache, rebuilt from its KV events. Blocks are
+// CacheMirror is the node's copy of an engine's prefix cache, rebuilt from its KV events. Blocks are
 // keyed by the engine's own hash (opaque; never recomputed) per (data-parallel rank, KV-cache
 // group); beside each, the mirror keeps the canonical chained hash that routers
 // compute from a prompt, derived from the parent's canonical hash and the block's tokens.
@@ -49,11 +49,11 @@ import (
 // (SetUnremovedTTL) rather than being trusted forever; once the tier removes a block on the
 // rank, its copies are left to its removals.
 //
-// Mirror is safe for concurrent use: one lock guards it, the summary journal included, so the
+// CacheMirror is safe for concurrent use: one lock guards it, the summary journal included, so the
 // summary is always exactly the set PeekMatchedTokens matches. It satisfies node.Tree (read-only:
 // the calls that take holds or insert do nothing, since the engine owns its cache) and
 // cluster.Source.
-type Mirror struct {
+type CacheMirror struct {
 	blockSize int
 
 	mu    sync.Mutex // guards everything below
@@ -69,7 +69,7 @@ type Mirror struct {
 	stats   MirrorStats
 	// Hybrid models (several KV-cache groups): a canonical hash is credited for a rank (counted
 	// in canon) only while it is visible in every group the rank has reported, gvis counting
-	// the groups it is visible in, groups the rank's groups (see Mirror).
+	// the groups it is visible in, groups the rank's groups (see CacheMirror).
 	gvis   map[rcKey]uint16
 	nvis   map[mkey]uint32 // visible nodes per (canonical hash, rank and group)
 	groups map[uint32][]uint16
@@ -77,7 +77,7 @@ type Mirror struct {
 	// lower counts, per canonical hash, the nodes with a canon that hold a copy on each lower
 	// tier (index TierGPU unused): what PeekMatchedTokensByTier continues the GPU prefix with.
 	lower map[uint64][numTiers]uint32
-	// Ageing of copies on tiers that may never send removals (see Mirror): removes has bit t
+	// Ageing of copies on tiers that may never send removals (see CacheMirror): removes has bit t
 	// set for a rank once tier t removed a block there; aging holds one entry per copy stored
 	// on a tier without that bit, in store order (so by expiry), from agingHead on.
 	removes   map[uint32]uint8
@@ -163,9 +163,9 @@ type mnode struct {
 	prov uint8
 }
 
-// NewMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
-func NewMirror(blockSize int) *Mirror {
-	m := &Mirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32),
+// NewCacheMirror returns an empty mirror for an engine whose KV blocks hold blockSize tokens.
+func NewCacheMirror(blockSize int) *CacheMirror {
+	m := &CacheMirror{blockSize: blockSize, byKey: make(map[mkey]int32), canon: make(map[uint64]uint32), pending: make(map[int32][]uint32),
 		gvis: make(map[rcKey]uint16), nvis: make(map[mkey]uint32), groups: make(map[uint32][]uint16),
 		seqs: make(map[int]RankSeq), lower: make(map[uint64][numTiers]uint32), removes: make(map[uint32]uint8),
 		ttl: DefaultUnremovedTierTTL, now: time.Now}
@@ -174,10 +174,10 @@ func NewMirror(blockSize int) *Mirror {
 }
 
 // BlockSize is the block size the mirror matches with.
-func (m *Mirror) BlockSize() int { return m.blockSize }
+func (m *CacheMirror) BlockSize() int { return m.blockSize }
 
 // Stats returns the mirror's levels and counters.
-func (m *Mirror) MirrorStats() MirrorStats {
+func (m *CacheMirror) MirrorStats() MirrorStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.stats
@@ -187,7 +187,7 @@ func (m *Mirror) MirrorStats() MirrorStats {
 
 // Apply applies one event from data-parallel rank rank. A LoRA name maps to the adapter id
 // routers hash with by AdapterID.
-func (m *Mirror) Apply(rank int, ev *Event) {
+func (m *CacheMirror) Apply(rank int, ev *Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch ev.Kind {
@@ -201,19 +201,19 @@ func (m *Mirror) Apply(rank int, ev *Event) {
 }
 
 // Clear drops every block of rank (AllBlocksCleared, an engine restart, a resync).
-func (m *Mirror) Clear(rank int) {
+func (m *CacheMirror) Clear(rank int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.clearLocked(rank)
 }
 
-func (m *Mirror) store(rank int, ev *Event) {
+func (m *CacheMirror) store(rank int, ev *Event) {
 	src := srcOf(rank, ev.Group)
 	tier := ev.Tier
 	if len(ev.Hashes) == 0 {
 		return
 	}
-	var expiry int64 // when copies stored now age out; 0: they don't (see Mirror)
+	var expiry int64 // when copies stored now age out; 0: they don't (see CacheMirror)
 	if tier != TierGPU && m.ttl > 0 && m.removes[uint32(rank)]&(1<<tier) == 0 {
 		expiry = m.now().Add(m.ttl).UnixNano()
 	}
@@ -286,7 +286,7 @@ func (m *Mirror) store(rank int, ev *Event) {
 }
 
 // get returns the node for k, creating a placeholder (unknown, no copies) if there is none.
-func (m *Mirror) get(k mkey) int32 {
+func (m *CacheMirror) get(k mkey) int32 {
 	if i, ok := m.byKey[k]; ok {
 		return i
 	}
@@ -305,7 +305,7 @@ func (m *Mirror) get(k mkey) int32 {
 
 // cycles reports whether making p the parent of c would close a loop: p is c or below it. Only a
 // placeholder that already has children can be an ancestor of p, so fresh blocks cost nothing.
-func (m *Mirror) cycles(c, p int32) bool {
+func (m *CacheMirror) cycles(c, p int32) bool {
 	if c == p {
 		return true
 	}
@@ -321,7 +321,7 @@ func (m *Mirror) cycles(c, p int32) bool {
 }
 
 // link makes p (rootNode or an arena index) the parent of c, which has none yet.
-func (m *Mirror) link(c, p int32) {
+func (m *CacheMirror) link(c, p int32) {
 	n := &m.nodes[c]
 	n.parent = p
 	if p < 0 {
@@ -335,7 +335,7 @@ func (m *Mirror) link(c, p int32) {
 	pn.first = c
 }
 
-func (m *Mirror) unlink(c int32) {
+func (m *CacheMirror) unlink(c int32) {
 	n := &m.nodes[c]
 	if n.parent >= 0 {
 		if n.prev != noNode {
@@ -352,7 +352,7 @@ func (m *Mirror) unlink(c int32) {
 
 // resolve settles a node that just became known: its canonical hash when its chain is known,
 // else it keeps its tokens (or, when the chain can never match, is marked dead with its subtree).
-func (m *Mirror) resolve(c int32, chunk []uint32, adapter uint64) {
+func (m *CacheMirror) resolve(c int32, chunk []uint32, adapter uint64) {
 	n := &m.nodes[c]
 	p := n.parent
 	switch {
@@ -375,7 +375,7 @@ func (m *Mirror) resolve(c int32, chunk []uint32, adapter uint64) {
 }
 
 // cascadeCanon computes the canonical hash of every known descendant of c waiting for one.
-func (m *Mirror) cascadeCanon(c int32) {
+func (m *CacheMirror) cascadeCanon(c int32) {
 	m.stack = append(m.stack[:0], c)
 	for len(m.stack) > 0 {
 		x := m.stack[len(m.stack)-1]
@@ -402,11 +402,11 @@ func (m *Mirror) cascadeCanon(c int32) {
 }
 
 // markDead marks c and its known descendants as never matchable and drops kept tokens.
-func (m *Mirror) markDead(c int32) {
+func (m *CacheMirror) markDead(c int32) {
 	m.markDeadFrom(c)
 }
 
-func (m *Mirror) markDeadFrom(c int32) {
+func (m *CacheMirror) markDeadFrom(c int32) {
 	var st []int32
 	st = append(st, c)
 	for len(st) > 0 {
@@ -430,7 +430,7 @@ func (m *Mirror) markDeadFrom(c int32) {
 }
 
 // shouldShow: c can be visible given its parent's visibility.
-func (m *Mirror) shouldShow(c int32) bool {
+func (m *CacheMirror) shouldShow(c int32) bool {
 	n := &m.nodes[c]
 	if n.flags&fCanon == 0 || n.copies[TierGPU] == 0 {
 		return false
@@ -439,7 +439,7 @@ func (m *Mirror) shouldShow(c int32) bool {
 }
 
 // refresh brings c's visibility (and its subtree's) in line with the rule.
-func (m *Mirror) refresh(c int32) {
+func (m *CacheMirror) refresh(c int32) {
 	vis := m.nodes[c].flags&fVisible != 0
 	switch want := m.shouldShow(c); {
 	case want && !vis:
@@ -449,7 +449,7 @@ func (m *Mirror) refresh(c int32) {
 	}
 }
 
-func (m *Mirror) show(c int32) {
+func (m *CacheMirror) show(c int32) {
 	m.stack = append(m.stack[:0], c)
 	for len(m.stack) > 0 {
 		x := m.stack[len(m.stack)-1]
@@ -465,7 +465,7 @@ func (m *Mirror) show(c int32) {
 	}
 }
 
-func (m *Mirror) hide(c int32) {
+func (m *CacheMirror) hide(c int32) {
 	m.stack = append(m.stack[:0], c)
 	for len(m.stack) > 0 {
 		x := m.stack[len(m.stack)-1]
@@ -482,13 +482,13 @@ func (m *Mirror) hide(c int32) {
 }
 
 // credit and uncredit count a canonical hash in the summary (over ranks).
-func (m *Mirror) credit(h uint64) {
+func (m *CacheMirror) credit(h uint64) {
 	if m.canon[h]++; m.canon[h] == 1 {
 		m.journal.Emit(h, true)
 	}
 }
 
-func (m *Mirror) uncredit(h uint64) {
+func (m *CacheMirror) uncredit(h uint64) {
 	if v := m.canon[h]; v <= 1 {
 		delete(m.canon, h)
 		m.journal.Emit(h, false)
@@ -501,7 +501,7 @@ func (m *Mirror) uncredit(h uint64) {
 // h. With one group (every non-hybrid model) they count it in the summary directly; with
 // several, nvis counts the visible nodes per group and gvis the groups holding h, and h is
 // credited once for the rank while every group holds it.
-func (m *Mirror) groupShow(src uint32, h uint64) {
+func (m *CacheMirror) groupShow(src uint32, h uint64) {
 	rank := src >> 16
 	n := len(m.groups[rank])
 	if n <= 1 {
@@ -520,7 +520,7 @@ func (m *Mirror) groupShow(src uint32, h uint64) {
 	}
 }
 
-func (m *Mirror) groupHide(src uint32, h uint64) {
+func (m *CacheMirror) groupHide(src uint32, h uint64) {
 	rank := src >> 16
 	n := len(m.groups[rank])
 	if n <= 1 {
@@ -548,7 +548,7 @@ func (m *Mirror) groupHide(src uint32, h uint64) {
 // addGroup records that rank reports KV-cache group g. A second group turns on the hybrid rule:
 // what was credited from the first alone is counted per group and uncredited until the new
 // group holds it too.
-func (m *Mirror) addGroup(rank uint32, g uint16) {
+func (m *CacheMirror) addGroup(rank uint32, g uint16) {
 	gs := m.groups[rank]
 	for _, x := range gs {
 		if x == g {
@@ -582,7 +582,7 @@ func (m *Mirror) addGroup(rank uint32, g uint16) {
 }
 
 // storeCopy counts a stored copy, unless it confirms one restored from a checkpoint.
-func (m *Mirror) storeCopy(c int32, t Tier) {
+func (m *CacheMirror) storeCopy(c int32, t Tier) {
 	if n := &m.nodes[c]; t == TierGPU && n.prov > 0 {
 		n.prov--
 		m.stats.Provisional--
@@ -591,7 +591,7 @@ func (m *Mirror) storeCopy(c int32, t Tier) {
 	m.addCopy(c, t)
 }
 
-func (m *Mirror) addCopy(c int32, t Tier) {
+func (m *CacheMirror) addCopy(c int32, t Tier) {
 	n := &m.nodes[c]
 	n.copies[t]++
 	m.stats.Tiers[t]++
@@ -604,7 +604,7 @@ func (m *Mirror) addCopy(c int32, t Tier) {
 }
 
 // dropCopy takes one copy on tier t (which c holds) away and frees c if it was the last.
-func (m *Mirror) dropCopy(c int32, t Tier) {
+func (m *CacheMirror) dropCopy(c int32, t Tier) {
 	n := &m.nodes[c]
 	n.copies[t]--
 	m.stats.Tiers[t]--
@@ -623,7 +623,7 @@ func (m *Mirror) dropCopy(c int32, t Tier) {
 
 // lowerAdd counts a node with canonical hash h gaining (d = 1) or losing (d = -1) its copies on
 // lower tier t.
-func (m *Mirror) lowerAdd(h uint64, t Tier, d int) {
+func (m *CacheMirror) lowerAdd(h uint64, t Tier, d int) {
 	v := m.lower[h]
 	v[t] = uint32(int(v[t]) + d)
 	if v == ([numTiers]uint32{}) {
@@ -635,7 +635,7 @@ func (m *Mirror) lowerAdd(h uint64, t Tier, d int) {
 
 // lowerAll counts (d = 1) or uncounts (d = -1) every lower tier c holds copies on: c just got its
 // canonical hash, or is being dropped with it.
-func (m *Mirror) lowerAll(c int32, d int) {
+func (m *CacheMirror) lowerAll(c int32, d int) {
 	n := &m.nodes[c]
 	for t := TierGPU + 1; t < numTiers; t++ {
 		if n.copies[t] > 0 {
@@ -644,7 +644,7 @@ func (m *Mirror) lowerAll(c int32, d int) {
 	}
 }
 
-func (m *Mirror) remove(rank int, ev *Event) {
+func (m *CacheMirror) remove(rank int, ev *Event) {
 	src := srcOf(rank, ev.Group)
 	// This tier removes blocks on this rank: its copies are left to its removals from now on.
 	m.removes[uint32(rank)] |= 1 << ev.Tier
@@ -663,30 +663,30 @@ func (m *Mirror) remove(rank int, ev *Event) {
 }
 
 // SetUnremovedTTL sets how long a copy on a tier that has not sent a removal is believed (see
-// Mirror; DefaultUnremovedTierTTL unless set); 0 believes such copies until removed.
-func (m *Mirror) SetUnremovedTTL(d time.Duration) {
+// CacheMirror; DefaultUnremovedTierTTL unless set); 0 believes such copies until removed.
+func (m *CacheMirror) SetUnremovedTTL(d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ttl = max(d, 0)
 }
 
 // SetClock replaces the clock ageing reads (time.Now): tests step it.
-func (m *Mirror) SetClock(now func() time.Time) {
+func (m *CacheMirror) SetClock(now func() time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.now = now
 }
 
-// Expire drops the copies whose TTL has run out (see Mirror) and returns how many. The follower
+// Expire drops the copies whose TTL has run out (see CacheMirror) and returns how many. The follower
 // calls it after each batch and on its idle tick; PeekMatchedTokensByTier checks too, so a quiet
 // engine's stale copies are never answered.
-func (m *Mirror) Expire() int {
+func (m *CacheMirror) Expire() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.expireLocked()
 }
 
-func (m *Mirror) expireLocked() int {
+func (m *CacheMirror) expireLocked() int {
 	if m.agingHead == len(m.aging) {
 		return 0
 	}
@@ -714,12 +714,12 @@ func (m *Mirror) expireLocked() int {
 	return dropped
 }
 
-func (m *Mirror) enqueueAging(c int32, t Tier, expiry int64) {
+func (m *CacheMirror) enqueueAging(c int32, t Tier, expiry int64) {
 	m.aging = append(m.aging, agingCopy{key: m.nodes[c].key, idx: c, tier: t, expiry: expiry})
 }
 
 // maybeFree frees c, and then its ancestors, while they hold no copy and have no children.
-func (m *Mirror) maybeFree(c int32) {
+func (m *CacheMirror) maybeFree(c int32) {
 	for c >= 0 {
 		n := &m.nodes[c]
 		if n.first != noNode || n.copies != ([numTiers]uint32{}) {
@@ -747,7 +747,7 @@ func (m *Mirror) maybeFree(c int32) {
 // clearLocked drops every node of rank: visible ones leave the summary first (Removed events),
 // then the rank's slots return to the free list. Nodes of other ranks never link into this rank's
 // (parents are looked up within one rank and group), so their links stay valid.
-func (m *Mirror) clearLocked(rank int) {
+func (m *CacheMirror) clearLocked(rank int) {
 	m.stats.Cleared++
 	mine := func(i int) bool {
 		n := &m.nodes[i]

@@ -12,7 +12,7 @@ import (
 
 // check verifies the mirror's invariants: the index and the arena agree, links are symmetric,
 // visibility follows the rule, canon counts equal the visible nodes, and the stats add up.
-func (m *Mirror) check() error {
+func (m *CacheMirror) check() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	counts := map[uint64]uint32{}
@@ -224,7 +224,7 @@ func (r *refMirror) canon(k mkey, depth int) (uint64, bool) {
 	return local.ChainHash(p, b.tokens), true
 }
 
-func sortedSnapshot(m *Mirror) []uint64 {
+func sortedSnapshot(m *CacheMirror) []uint64 {
 	s, _ := m.SummarySnapshot(nil)
 	slices.Sort(s)
 	return s
@@ -239,7 +239,7 @@ func TestMirrorModel(t *testing.T) {
 	const bs = 4
 	for seed := uint64(1); seed <= 30; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 99))
-		m := NewMirror(bs)
+		m := NewCacheMirror(bs)
 		ref := &refMirror{bs: bs, blocks: map[mkey]*refBlock{}}
 		type chain struct {
 			hashes []uint64
@@ -252,7 +252,7 @@ func TestMirrorModel(t *testing.T) {
 		parentOf := map[uint64]uint64{}   // … and one parent (0: the root)
 		shapeOf := map[uint64]Event{}     // … and one group, salt and extra key
 		var since uint64
-		var twin *Mirror // the mirror restored from a checkpoint
+		var twin *CacheMirror // the mirror restored from a checkpoint
 		for step := 0; step < 400; step++ {
 			var ev Event
 			rank := 0
@@ -405,7 +405,7 @@ func TestMirrorModel(t *testing.T) {
 // evicted interior block, resumes when it is stored again, and counts copies.
 func TestMirrorPeek(t *testing.T) {
 	const bs = 4
-	m := NewMirror(bs)
+	m := NewCacheMirror(bs)
 	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
 	m.Apply(0, &Event{Kind: KindStored, Hashes: []uint64{100, 200, 300}, Tokens: prompt[:12], BlockSize: bs})
 	if got := m.PeekMatchedTokens(prompt, bs, 0); got != 12 {

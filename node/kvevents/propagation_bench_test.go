@@ -68,7 +68,7 @@ func BenchmarkPublishToRouters(b *testing.B) {
 		}
 		defer p.Close()
 		pubs[i] = p
-		mir := kvevents.NewMirror(bs)
+		mir := kvevents.NewCacheMirror(bs)
 		fc := kvevents.DefaultConfig()
 		fc.Endpoint, fc.Replay = p.Addr(), p.ReplayAddr()
 		f, err := kvevents.NewFollower(fc, mir, nil, nil)

@@ -25,7 +25,7 @@ const (
 	actApply          actKind = iota + 1 // apply batch.Events[lo:hi] to the mirror, counting each by kind
 	actClear                             // drop the rank from the mirror
 	actRecordSeq                         // record seq as the rank's position in the mirror (checkpoints pair it)
-	actConfirm                           // confirm the rank's restored copies (Mirror.ConfirmRestored)
+	actConfirm                           // confirm the rank's restored copies (CacheMirror.ConfirmRestored)
 	actSetComplete                       // flag: the rank's completeness (atomic and gauge)
 	actSetCold                           // flag: the rank's coldness (atomic and gauge)
 	actNotifyComplete                    // call Config.OnComplete(rank, flag)

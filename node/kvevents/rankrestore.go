@@ -12,7 +12,7 @@ import (
 // incarnation, and the gap since is replayed (exact, or as partial as before, and no longer
 // cold); other bytes, or a buffer that starts over, mean the engine restarted (the checkpoint is
 // dropped); a buffer that moved past it, no replay socket or no answer leave the restored mirror
-// partial with provisional copies (see Mirror), credited and no longer cold.
+// partial with provisional copies (see CacheMirror), credited and no longer cold.
 func (m *rankMachine) verifyRestored() {
 	m.restored = false
 	if !m.hasReplay {

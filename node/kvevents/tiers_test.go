@@ -29,7 +29,7 @@ func decodeGolden(t *testing.T, d *Decoder, name string) *Batch {
 }
 
 // checkLower recomputes the lower-tier index from the nodes and compares (besides m.check).
-func checkLower(m *Mirror) error {
+func checkLower(m *CacheMirror) error {
 	if err := m.check(); err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func checkLower(m *Mirror) error {
 }
 
 // copiesOf returns the copies the mirror holds of rank 0's (group 0) block h, per tier.
-func copiesOf(m *Mirror, h uint64) [numTiers]uint32 {
+func copiesOf(m *CacheMirror, h uint64) [numTiers]uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if i, ok := m.byKey[mkey{h, srcOf(0, 0)}]; ok {
@@ -132,7 +132,7 @@ func TestDecodeTierGoldens(t *testing.T) {
 // to the chunk's hashes and takes one copy of each.
 func TestMirrorOffloadChunks(t *testing.T) {
 	d := NewDecoder()
-	m := NewMirror(4)
+	m := NewCacheMirror(4)
 	prompt := make([]uint32, 24)
 	for i := range prompt {
 		prompt[i] = uint32(i + 1)
@@ -198,7 +198,7 @@ func TestMirrorOffloadChunks(t *testing.T) {
 // is TierDisk.
 func TestMirrorPlaceholders(t *testing.T) {
 	d := NewDecoder()
-	m := NewMirror(4)
+	m := NewCacheMirror(4)
 	for _, ev := range decodeGolden(t, d, "vllm_cpu_chunks").Events[:1] { // the GPU blocks only
 		m.Apply(0, &ev)
 	}
@@ -240,7 +240,7 @@ func TestMirrorPlaceholders(t *testing.T) {
 // copy.
 func TestMirrorStorageLocality(t *testing.T) {
 	d := NewDecoder()
-	m := NewMirror(4)
+	m := NewCacheMirror(4)
 	ev := decodeGolden(t, d, "vllm_storage_locality").Events
 	prompt := make([]uint32, 16)
 	for i := range prompt {
@@ -271,7 +271,7 @@ func TestMirrorUnremovedTierAgesOut(t *testing.T) {
 	d := NewDecoder()
 	clock := time.Unix(1700000000, 0)
 	now := func() time.Time { return clock }
-	m := NewMirror(4)
+	m := NewCacheMirror(4)
 	m.SetClock(now)
 	m.SetUnremovedTTL(time.Minute)
 	lm := decodeGolden(t, d, "lmcache_stored").Events[0]
@@ -332,7 +332,7 @@ func TestMirrorUnremovedTierAgesOut(t *testing.T) {
 
 // A lower tier only continues the GPU prefix: a block held after a gap is never counted.
 func TestPeekByTierNoGap(t *testing.T) {
-	m := NewMirror(4)
+	m := NewCacheMirror(4)
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	m.Apply(0, &Event{Kind: KindStored, Hashes: []uint64{1, 2, 3, 4}, Tokens: toks, BlockSize: 4})
 	m.Apply(0, &Event{Kind: KindStored, Hashes: []uint64{2, 3, 4}, Parent: 1, HasParent: true, Tokens: toks[4:], BlockSize: 4, Tier: TierCPU})
@@ -364,7 +364,7 @@ func TestAllocsPeekByTier(t *testing.T) {
 
 // The new counters exist at 0 for every tier from the first scrape, and count.
 func TestTierMetrics(t *testing.T) {
-	m := NewMirror(4)
+	m := NewCacheMirror(4)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(mirrorCollector{m})
 	gather := func() map[string]*dto.MetricFamily {
@@ -416,8 +416,8 @@ func TestCheckpointLowerTiers(t *testing.T) {
 }
 
 // peekByTierMirror holds a 2,048-token prompt: its first half on the GPU, all of it on the CPU.
-func peekByTierMirror() (*Mirror, []uint32) {
-	m := NewMirror(16)
+func peekByTierMirror() (*CacheMirror, []uint32) {
+	m := NewCacheMirror(16)
 	toks := make([]uint32, 2048)
 	for i := range toks {
 		toks[i] = uint32(i)

@@ -1,7 +1,7 @@
 package kvevents
 
 // Scripted traces of one rank's follower: testdata/follower/*.txt, one scenario per file, run
-// through the pure rank machine (rankmachine.go) and a real Mirror, with the engine's replay
+// through the pure rank machine (rankmachine.go) and a real CacheMirror, with the engine's replay
 // socket answered from the script. Each line is one step; '#' starts a comment.
 //
 //	config replay=false        the engine serves no replay socket (first line only; default true)
@@ -54,7 +54,7 @@ type traceRun struct {
 	line      int
 	hasReplay bool
 	m         *rankMachine
-	mir       *Mirror
+	mir       *CacheMirror
 	engine    map[uint64][]byte // the engine's published batches (this incarnation)
 	pending   actKind           // the exchange the machine waits for (0: none)
 	from      uint64
@@ -81,7 +81,7 @@ func TestFollowerTraces(t *testing.T) {
 }
 
 func runTrace(t *testing.T, file, script string) {
-	tr := &traceRun{t: t, file: file, hasReplay: true, mir: NewMirror(traceBS), engine: map[uint64][]byte{}, counts: map[string]int{}}
+	tr := &traceRun{t: t, file: file, hasReplay: true, mir: NewCacheMirror(traceBS), engine: map[uint64][]byte{}, counts: map[string]int{}}
 	started := false
 	for i, raw := range strings.Split(script, "\n") {
 		tr.line = i + 1

@@ -6,11 +6,11 @@ import "github.com/prefixmesh/prefixmesh/local"
 // holds, insert or evict (which node.Server refuses in read-only mode before they get here) do
 // nothing and return the empty result; the reads answer from the mirror.
 
-var _ local.PrefixCache = (*Mirror)(nil)
+var _ local.PrefixCache = (*CacheMirror)(nil)
 
 // PeekMatchedTokens is what the engine would match for tokens: the longest run of full blocks,
 // from the first, whose canonical hashes are visible. It does not allocate.
-func (m *Mirror) PeekMatchedTokens(tokens []uint32, blockSize int, adapterID uint64) int {
+func (m *CacheMirror) PeekMatchedTokens(tokens []uint32, blockSize int, adapterID uint64) int {
 	if blockSize <= 0 {
 		return 0
 	}
@@ -43,7 +43,7 @@ type TierTokens [numTiers]int
 // skip is the GPU prefix plus at least the longest continuation (more if the tiers interleave,
 // which this does not claim). TierOther is reported but is no place the engine loads from that
 // this package knows. It does not allocate.
-func (m *Mirror) PeekMatchedTokensByTier(tokens []uint32, blockSize int, adapterID uint64) TierTokens {
+func (m *CacheMirror) PeekMatchedTokensByTier(tokens []uint32, blockSize int, adapterID uint64) TierTokens {
 	var out TierTokens
 	if blockSize <= 0 {
 		return out
@@ -86,73 +86,77 @@ func (m *Mirror) PeekMatchedTokensByTier(tokens []uint32, blockSize int, adapter
 }
 
 // IsActive reports true: the mirror answers for a real cache.
-func (m *Mirror) IsActive() bool { return true }
+func (m *CacheMirror) IsActive() bool { return true }
 
 // Stats returns the visible blocks twice (the summary's size).
-func (m *Mirror) Stats() (entries, cachedBlocks int) {
+func (m *CacheMirror) Stats() (entries, cachedBlocks int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.canon), len(m.canon)
 }
 
 // HitStats is zero: the engine, not the mirror, serves lookups.
-func (m *Mirror) HitStats() local.HitStats { return local.HitStats{} }
+func (m *CacheMirror) HitStats() local.HitStats { return local.HitStats{} }
 
 // SnapshotStats is zero: engines do not report SSM snapshots in KV events.
-func (m *Mirror) SnapshotStats() local.SnapshotStats { return local.SnapshotStats{} }
+func (m *CacheMirror) SnapshotStats() local.SnapshotStats { return local.SnapshotStats{} }
 
 // SnapshotCount is 0 (see SnapshotStats).
-func (m *Mirror) SnapshotCount() int { return 0 }
+func (m *CacheMirror) SnapshotCount() int { return 0 }
 
 // Lookup returns the empty match: holds belong to the engine.
-func (m *Mirror) Lookup([]uint32, int, uint64, uint64) local.PrefixMatch { return local.PrefixMatch{} }
+func (m *CacheMirror) Lookup([]uint32, int, uint64, uint64) local.PrefixMatch {
+	return local.PrefixMatch{}
+}
 
 // PinPrefix pins nothing and returns 0.
-func (m *Mirror) PinPrefix([]uint32, int, uint64) int { return 0 }
+func (m *CacheMirror) PinPrefix([]uint32, int, uint64) int { return 0 }
 
 // Insert inserts nothing: blocks arrive as BlockStored events.
-func (m *Mirror) Insert(_, _, _ []uint32, _, _ int, _ uint64) local.InsertAcquired {
+func (m *CacheMirror) Insert(_, _, _ []uint32, _, _ int, _ uint64) local.InsertAcquired {
 	return local.InsertAcquired{}
 }
 
 // InsertWithSnapshot does nothing.
-func (m *Mirror) InsertWithSnapshot(_, _, _ []uint32, _, _ int, _ uint64, _ int, _ uint64) (int, bool, local.InsertAcquired) {
+func (m *CacheMirror) InsertWithSnapshot(_, _, _ []uint32, _, _ int, _ uint64, _ int, _ uint64) (int, bool, local.InsertAcquired) {
 	return 0, false, local.InsertAcquired{}
 }
 
 // InsertIntermediateSnapshot does nothing.
-func (m *Mirror) InsertIntermediateSnapshot(_, _, _ []uint32, _, _ int, _ uint64, _ int, _ uint64) (int, bool) {
+func (m *CacheMirror) InsertIntermediateSnapshot(_, _, _ []uint32, _, _ int, _ uint64, _ int, _ uint64) (int, bool) {
 	return 0, false
 }
 
 // InsertTailSnapshot does nothing.
-func (m *Mirror) InsertTailSnapshot([]uint32, int, uint64, uint64) []int { return nil }
+func (m *CacheMirror) InsertTailSnapshot([]uint32, int, uint64, uint64) []int { return nil }
 
 // InsertTailSiblingSnapshot does nothing.
-func (m *Mirror) InsertTailSiblingSnapshot([]uint32, int, uint64, uint64) (int, bool) {
+func (m *CacheMirror) InsertTailSiblingSnapshot([]uint32, int, uint64, uint64) (int, bool) {
 	return 0, false
 }
 
 // Release does nothing.
-func (m *Mirror) Release([]uint32, int, uint64) {}
+func (m *CacheMirror) Release([]uint32, int, uint64) {}
 
 // ReleaseMatched does nothing.
-func (m *Mirror) ReleaseMatched([]uint32, int, int, uint64) {}
+func (m *CacheMirror) ReleaseMatched([]uint32, int, int, uint64) {}
 
 // Evict evicts nothing: blocks leave as BlockRemoved events.
-func (m *Mirror) Evict(int) local.EvictedBlocks { return local.EvictedBlocks{} }
+func (m *CacheMirror) Evict(int) local.EvictedBlocks { return local.EvictedBlocks{} }
 
 // EvictSnapshotLRU does nothing.
-func (m *Mirror) EvictSnapshotLRU() (int, bool) { return 0, false }
+func (m *CacheMirror) EvictSnapshotLRU() (int, bool) { return 0, false }
 
 // EvictSnapshotSlot does nothing.
-func (m *Mirror) EvictSnapshotSlot(int) bool { return false }
+func (m *CacheMirror) EvictSnapshotSlot(int) bool { return false }
 
 // EvictSnapshotToTier does nothing.
-func (m *Mirror) EvictSnapshotToTier(int) (local.TierEvict, bool) { return local.TierEvict{}, false }
+func (m *CacheMirror) EvictSnapshotToTier(int) (local.TierEvict, bool) {
+	return local.TierEvict{}, false
+}
 
 // PromoteSnapshot does nothing.
-func (m *Mirror) PromoteSnapshot(uint64, int) bool { return false }
+func (m *CacheMirror) PromoteSnapshot(uint64, int) bool { return false }
 
 // ForgetSnapshotTierKey does nothing.
-func (m *Mirror) ForgetSnapshotTierKey(uint64) bool { return false }
+func (m *CacheMirror) ForgetSnapshotTierKey(uint64) bool { return false }

@@ -264,7 +264,7 @@ func TestFollowerCloseLeavesNoGoroutines(t *testing.T) {
 	waitGoroutines(t, runtime.NumGoroutine(), "publisher started")
 	base := runtime.NumGoroutine()
 	for round := 0; round < 3; round++ {
-		m := NewMirror(bs)
+		m := NewCacheMirror(bs)
 		cfg := DefaultConfig()
 		cfg.Endpoint, cfg.Replay = p.Addr(), p.ReplayAddr()
 		f, err := NewFollower(cfg, m, nil, nil)

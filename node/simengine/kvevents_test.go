@@ -35,7 +35,7 @@ func TestKVEventsMirrorEqualsTree(t *testing.T) {
 			cfg.KVEvents.Layout, cfg.KVEvents.Hashes = c.layout, c.hashes
 			te := startEngine(t, cfg)
 
-			mir := kvevents.NewMirror(cfg.BlockSize)
+			mir := kvevents.NewCacheMirror(cfg.BlockSize)
 			fc := kvevents.DefaultConfig()
 			fc.Endpoint, fc.Replay = te.KVEventsAddr(), te.KVEventsReplayAddr()
 			f, err := kvevents.NewFollower(fc, mir, nil, nil)
