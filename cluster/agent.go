@@ -46,8 +46,8 @@ type Agent struct {
 	routers atomic.Pointer[[]memberlist.Node]
 
 	ml  *memberlist.Memberlist
-	pub *publisher // node role
-	mir *Mirror    // router role
+	pub *publisher     // node role
+	mir *SummaryMirror // router role
 
 	share atomic.Pointer[func([]byte)] // receiver of router-to-router share packets (share.go)
 
@@ -112,7 +112,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	case RoleNode:
 		a.pub = newPublisher(&a.cfg, &a.epoch, deps.Source, deps.Load, a.sendToRouters, m)
 	case RoleRouter:
-		a.mir = newMirror(&a.cfg, deps.Index, deps.Fetcher, m, a.Members)
+		a.mir = newSummaryMirror(&a.cfg, deps.Index, deps.Fetcher, m, a.Members)
 		if err := registerIndexGauges(cfg.Registry, deps.Index); err != nil {
 			return nil, fmt.Errorf("cluster: register index metrics: %w", err)
 		}
@@ -137,7 +137,7 @@ func (a *Agent) Meta() Meta {
 }
 
 // Mirror returns the router's mirror, or nil for a node agent.
-func (a *Agent) Mirror() *Mirror { return a.mir }
+func (a *Agent) Mirror() *SummaryMirror { return a.mir }
 
 // Start binds the gossip port, starts the agent's goroutines and joins the seeds in the
 // background (retrying while this member knows no other). It does not block on the network.

@@ -28,11 +28,11 @@ type NodeStatus struct {
 	Seq      uint64    // summary sequence the index is at
 }
 
-// Mirror is a router's copy of every node's summary. One goroutine (run) owns all per-node state;
+// SummaryMirror is a router's copy of every node's summary. One goroutine (run) owns all per-node state;
 // gossip callbacks hand it copied packets through a bounded inbox, repairs run on their own
 // goroutines and report back through a channel, and readers see an immutable snapshot of the
 // node list (Nodes).
-type Mirror struct {
+type SummaryMirror struct {
 	cfg     *Config
 	idx     Index
 	fetch   Fetcher
@@ -93,8 +93,8 @@ type repairResult struct {
 	err  error
 }
 
-func newMirror(cfg *Config, idx Index, fetch Fetcher, m *metrics, members func() []Meta) *Mirror {
-	mi := &Mirror{
+func newSummaryMirror(cfg *Config, idx Index, fetch Fetcher, m *metrics, members func() []Meta) *SummaryMirror {
+	mi := &SummaryMirror{
 		cfg:     cfg,
 		idx:     idx,
 		fetch:   fetch,
@@ -111,7 +111,7 @@ func newMirror(cfg *Config, idx Index, fetch Fetcher, m *metrics, members func()
 }
 
 // deliver hands a packet to the mirror without blocking; the caller must not reuse b.
-func (mi *Mirror) deliver(b []byte) {
+func (mi *SummaryMirror) deliver(b []byte) {
 	select {
 	case mi.inbox <- b:
 	default:
@@ -120,7 +120,7 @@ func (mi *Mirror) deliver(b []byte) {
 }
 
 // membershipChanged tells run to re-read the member list.
-func (mi *Mirror) membershipChanged() {
+func (mi *SummaryMirror) membershipChanged() {
 	select {
 	case mi.dirty <- struct{}{}:
 	default:
@@ -129,14 +129,14 @@ func (mi *Mirror) membershipChanged() {
 
 // Nodes returns the node members and their state, sorted by node id. The slice is shared: do not
 // modify it.
-func (mi *Mirror) Nodes() []NodeStatus { return mi.view.Load().nodes }
+func (mi *SummaryMirror) Nodes() []NodeStatus { return mi.view.Load().nodes }
 
 // Synced reports whether the mirror has read the member list and every node in it has been
 // synced once: the router's health turns SERVING then.
-func (mi *Mirror) Synced() bool { return mi.view.Load().synced }
+func (mi *SummaryMirror) Synced() bool { return mi.view.Load().synced }
 
 // run owns the mirror's state until ctx ends; it waits for the repairs it started.
-func (mi *Mirror) run(ctx context.Context) {
+func (mi *SummaryMirror) run(ctx context.Context) {
 	var repairs sync.WaitGroup
 	defer repairs.Wait()
 	tick := time.NewTicker(mi.cfg.TickInterval)
@@ -179,7 +179,7 @@ func (mi *Mirror) run(ctx context.Context) {
 }
 
 // handle decodes one packet and applies it; it reports whether the view changed.
-func (mi *Mirror) handle(b []byte) bool {
+func (mi *SummaryMirror) handle(b []byte) bool {
 	if len(b) == 0 {
 		return false
 	}
@@ -216,7 +216,7 @@ func (mi *Mirror) handle(b []byte) bool {
 // lookup returns the peer a message from (node, epoch) is about, or nil when the message is to
 // be dropped: unknown node, or an epoch other than the member's (a restarted node's old packets,
 // or a new epoch whose metadata has not reached us yet, in which case we re-read the members).
-func (mi *Mirror) lookup(node string, epoch uint64) *peer {
+func (mi *SummaryMirror) lookup(node string, epoch uint64) *peer {
 	p := mi.peers[node]
 	if p == nil {
 		mi.metrics.drop("unknown_node")
@@ -232,7 +232,7 @@ func (mi *Mirror) lookup(node string, epoch uint64) *peer {
 	return p
 }
 
-func (mi *Mirror) handleDelta(d *Delta) bool {
+func (mi *SummaryMirror) handleDelta(d *Delta) bool {
 	p := mi.lookup(d.NodeID, d.Epoch)
 	if p == nil {
 		return false
@@ -260,7 +260,7 @@ func (mi *Mirror) handleDelta(d *Delta) bool {
 
 // hold keeps a delta that cannot be applied yet: it starts after the index's sequence
 // (reordered, or a gap), or a repair is running.
-func (mi *Mirror) hold(p *peer, d *Delta) {
+func (mi *SummaryMirror) hold(p *peer, d *Delta) {
 	if len(p.held) >= mi.cfg.MaxHeldDeltas {
 		mi.metrics.drop("held_overflow")
 		p.held = p.held[:0]
@@ -281,7 +281,7 @@ func (mi *Mirror) hold(p *peer, d *Delta) {
 // apply feeds d (with FromSeq ≤ p.seq < ToSeq) to the index, skipping the events the index
 // already has; events are one per sequence number (the tree's journal). On failure it requests
 // a repair and reports false.
-func (mi *Mirror) apply(p *peer, d *Delta) bool {
+func (mi *SummaryMirror) apply(p *peer, d *Delta) bool {
 	if uint64(len(d.Events)) != d.ToSeq-d.FromSeq {
 		mi.metrics.drop("malformed")
 		mi.requestRepair(p, "malformed")
@@ -305,7 +305,7 @@ func (mi *Mirror) apply(p *peer, d *Delta) bool {
 }
 
 // drainHeld applies the held deltas that have become contiguous and drops those already covered.
-func (mi *Mirror) drainHeld(p *peer) {
+func (mi *SummaryMirror) drainHeld(p *peer) {
 	progressed := false
 	for len(p.held) > 0 && !p.needRepair {
 		d := &p.held[0]
@@ -330,7 +330,7 @@ func (mi *Mirror) drainHeld(p *peer) {
 	}
 }
 
-func (mi *Mirror) handleState(s *State) {
+func (mi *SummaryMirror) handleState(s *State) {
 	p := mi.lookup(s.NodeID, s.Epoch)
 	if p == nil {
 		return
@@ -341,7 +341,7 @@ func (mi *Mirror) handleState(s *State) {
 
 // compare checks a node's (seq, checksum) report against the index. authoritative is true when
 // the report comes from the node itself.
-func (mi *Mirror) compare(p *peer, seq, sum uint64, authoritative bool) {
+func (mi *SummaryMirror) compare(p *peer, seq, sum uint64, authoritative bool) {
 	if !p.inIndex || p.repairing {
 		return
 	}
@@ -358,7 +358,7 @@ func (mi *Mirror) compare(p *peer, seq, sum uint64, authoritative bool) {
 	}
 }
 
-func (mi *Mirror) handleVector(v *Vector) {
+func (mi *SummaryMirror) handleVector(v *Vector) {
 	for _, e := range v.Entries {
 		p := mi.peers[e.NodeID]
 		if p == nil || p.meta.Epoch != e.Epoch {
@@ -370,7 +370,7 @@ func (mi *Mirror) handleVector(v *Vector) {
 
 // tick turns timeouts into repairs: a gap held longer than ReorderWindow, a reported sequence
 // not reached within LagTimeout, silence longer than SilenceTimeout.
-func (mi *Mirror) tick() bool {
+func (mi *SummaryMirror) tick() bool {
 	now := mi.now()
 	for _, p := range mi.peers {
 		if p.repairing || p.needRepair {
@@ -389,7 +389,7 @@ func (mi *Mirror) tick() bool {
 	return false
 }
 
-func (mi *Mirror) requestRepair(p *peer, reason string) {
+func (mi *SummaryMirror) requestRepair(p *peer, reason string) {
 	if p.needRepair || p.repairing {
 		return
 	}
@@ -397,7 +397,7 @@ func (mi *Mirror) requestRepair(p *peer, reason string) {
 }
 
 // startRepairs launches pending repairs up to RepairConcurrency, each pulling a full summary.
-func (mi *Mirror) startRepairs(ctx context.Context, wg *sync.WaitGroup) {
+func (mi *SummaryMirror) startRepairs(ctx context.Context, wg *sync.WaitGroup) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -427,7 +427,7 @@ func (mi *Mirror) startRepairs(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-func (mi *Mirror) finishRepair(r repairResult) {
+func (mi *SummaryMirror) finishRepair(r repairResult) {
 	p := mi.peers[r.node]
 	if p == nil || p.gen != r.gen {
 		return // the node left or restarted meanwhile
@@ -462,7 +462,7 @@ func (mi *Mirror) finishRepair(r repairResult) {
 
 // reconcile makes the peer set equal to the node members memberlist has alive: a node that left
 // or died is removed from the index at once; a new epoch drops the old summary and repairs.
-func (mi *Mirror) reconcile() {
+func (mi *SummaryMirror) reconcile() {
 	metas := mi.members()
 	seen := make(map[string]bool, len(metas))
 	for _, m := range metas {
@@ -498,14 +498,14 @@ func (mi *Mirror) reconcile() {
 }
 
 // forget drops what the fetcher keeps for a node (its repair connection).
-func (mi *Mirror) forget(node string) {
+func (mi *SummaryMirror) forget(node string) {
 	if f, ok := mi.fetch.(memberForgetter); ok {
 		f.Forget(node)
 	}
 }
 
 // publish stores a fresh immutable view for readers.
-func (mi *Mirror) publish() {
+func (mi *SummaryMirror) publish() {
 	v := &view{synced: mi.reconciled}
 	v.nodes = make([]NodeStatus, 0, len(mi.peers))
 	cold := 0
@@ -528,7 +528,7 @@ func (mi *Mirror) publish() {
 }
 
 // vector is the mirror's push/pull state.
-func (mi *Mirror) vector() []VersionEntry { return mi.view.Load().vector }
+func (mi *SummaryMirror) vector() []VersionEntry { return mi.view.Load().vector }
 
 func cmpU64(a, b uint64) int {
 	switch {

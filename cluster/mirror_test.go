@@ -10,11 +10,11 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// mirrorHarness drives a Mirror synchronously: no run loop, a fake clock, repairs completed
+// mirrorHarness drives a SummaryMirror synchronously: no run loop, a fake clock, repairs completed
 // in the calling goroutine.
 type mirrorHarness struct {
 	t       *testing.T
-	mi      *Mirror
+	mi      *SummaryMirror
 	idx     *routing.Index
 	src     *fakeSource
 	fetch   *snapshotFetcher
@@ -35,7 +35,7 @@ func newMirrorHarness(t *testing.T) *mirrorHarness {
 		clock: time.Unix(1000, 0)}
 	h.fetch = &snapshotFetcher{sources: map[string]*fakeSource{"n1": h.src}, epochs: map[string]uint64{"n1": h.epoch}}
 	h.members = []Meta{{Role: RoleNode, NodeID: "n1", Epoch: h.epoch}, {Role: RoleRouter, NodeID: "r"}}
-	h.mi = newMirror(&cfg, h.idx, h.fetch, m, func() []Meta { return h.members })
+	h.mi = newSummaryMirror(&cfg, h.idx, h.fetch, m, func() []Meta { return h.members })
 	h.mi.now = func() time.Time { return h.clock }
 	h.mi.reconcile()
 	h.repair()

@@ -1,6 +1,6 @@
 // Package router answers "which node should serve this prompt" for a prefixmesh router
 // (docs/architecture.md, "One request"). A View joins the gossip mirror's node list (metadata and reported load,
-// cluster.Mirror) with the summary index (routing.Index): for a request it hashes the prompt
+// cluster.SummaryMirror) with the summary index (routing.Index): for a request it hashes the prompt
 // once per block size in use, asks the index how many leading blocks each node holds — the
 // node's own PeekMatchedTokens, up to propagation delay — and yields routing.NodeInfo lines and
 // matched-token estimates. Server is the gRPC Router service: it lists the View's nodes as

@@ -9,7 +9,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// Mirror is the node list the view reads: *cluster.Mirror.
+// Mirror is the node list the view reads: *cluster.SummaryMirror.
 type Mirror interface {
 	Nodes() []cluster.NodeStatus
 }
@@ -20,7 +20,7 @@ type Estimator interface {
 }
 
 var (
-	_ Mirror    = (*cluster.Mirror)(nil)
+	_ Mirror    = (*cluster.SummaryMirror)(nil)
 	_ Estimator = (*routing.Index)(nil)
 )
 

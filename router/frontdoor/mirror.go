@@ -7,12 +7,12 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// Mirror is the gossip mirror's node list (*cluster.Mirror).
+// Mirror is the gossip mirror's node list (*cluster.SummaryMirror).
 type Mirror interface {
 	Nodes() []cluster.NodeStatus
 }
 
-var _ Mirror = (*cluster.Mirror)(nil)
+var _ Mirror = (*cluster.SummaryMirror)(nil)
 
 // MirrorNodes adapts the gossip mirror to NodeSource, the way router.View reads it: every node
 // the mirror has synced at least once (a node still loading its first summary has no estimate
