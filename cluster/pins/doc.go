@@ -9,7 +9,7 @@
 // forwards writes from followers to the leader over the PinsPeer gRPC service, serves reads locally
 // with their staleness exposed (or linearizably through the leader's read index), and never stops
 // serving reads when quorum is lost: only writes fail, with ErrUnavailable. Service exposes the Pins
-// gRPC API; Mirror keeps a read-only copy from a router's Watch stream for node agents, and
+// gRPC API; TableCopy keeps a read-only copy from a router's Watch stream for node agents, and
 // Applier turns the node's prefix pins into PinPrefix/ReleaseMatched calls on its cache.
 // Tests run real raft clusters on 127.0.0.1:0 with bolt stores in temporary directories. The
 // porcupine linearizability test (CAS writes and linearizable reads under partitions and crashes)

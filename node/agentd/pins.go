@@ -31,11 +31,11 @@ const pinsApplyEvery = time.Second
 // --pins-addr): once a second, under gossip's own failure detection.
 const routerPoll = time.Second
 
-// pinFollower follows the cluster's pin table (a pins.Mirror over a router's Pins.Watch) and
+// pinFollower follows the cluster's pin table (a pins.TableCopy over a router's Pins.Watch) and
 // makes the tree hold the prefix pins that name this node (pins.Applier).
 type pinFollower struct {
 	cc      *grpc.ClientConn
-	mirror  *pins.Mirror
+	table   *pins.TableCopy
 	applier *pins.Applier
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -67,7 +67,7 @@ func startPins(ctx context.Context, cfg Config, tree *local.RadixTree, agent *cl
 	if f.cc, err = grpc.NewClient(target, opts...); err != nil {
 		return nil, fmt.Errorf("dial pins %q: %w", target, err)
 	}
-	f.mirror = pins.NewMirror(pb.NewPinsClient(f.cc))
+	f.table = pins.NewTableCopy(pb.NewPinsClient(f.cc))
 	if err := f.registerMetrics(reg); err != nil {
 		_ = f.cc.Close()
 		return nil, err
@@ -76,7 +76,7 @@ func startPins(ctx context.Context, cfg Config, tree *local.RadixTree, agent *cl
 	f.wg.Add(2)
 	go func() {
 		defer f.wg.Done()
-		_ = f.mirror.Run(ctx)
+		_ = f.table.Run(ctx)
 	}()
 	go func() {
 		defer f.wg.Done()
@@ -100,7 +100,7 @@ func (f *pinFollower) registerMetrics(reg prometheus.Registerer) error {
 		Help: "Prefix pins naming this node none of whose blocks is cached yet."})
 	f.connected = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "prefixmesh_node_pins_connected",
 		Help: "1 while the node mirrors the pin table from a live router stream."}, func() float64 {
-		if f.mirror.Connected() {
+		if f.table.Connected() {
 			return 1
 		}
 		return 0
@@ -116,12 +116,12 @@ func (f *pinFollower) registerMetrics(reg prometheus.Registerer) error {
 // apply is pins.Applier.Run with its statistics exported: apply after every table change and
 // every pinsApplyEvery until ctx ends, then release every hold.
 func (f *pinFollower) apply(ctx context.Context, node string) {
-	ch, stop := f.mirror.Subscribe()
+	ch, stop := f.table.Subscribe()
 	defer stop()
 	t := time.NewTicker(pinsApplyEvery)
 	defer t.Stop()
 	for {
-		st := f.applier.Apply(f.mirror.PrefixPinsFor(node))
+		st := f.applier.Apply(f.table.PrefixPinsFor(node))
 		f.held.Set(float64(st.Held))
 		f.pending.Set(float64(st.Pending))
 		select {
@@ -146,7 +146,7 @@ func (f *pinFollower) close() {
 }
 
 // followRouters points res at the gRPC addresses of the live routers that run a pin-store
-// voter (they publish a Raft address) until ctx ends; gRPC picks a live one and the mirror's
+// voter (they publish a Raft address) until ctx ends; gRPC picks a live one and the table copy's
 // Watch moves when it goes away.
 func followRouters(ctx context.Context, res *manual.Resolver, agent *cluster.Agent) {
 	t := time.NewTicker(routerPoll)

@@ -304,7 +304,7 @@ func (p *pinPlane) follow(ctx context.Context, agent *cluster.Agent) {
 		return
 	}
 	defer cc.Close()
-	m := pins.NewMirror(pb.NewPinsClient(cc))
+	m := pins.NewTableCopy(pb.NewPinsClient(cc))
 	p.table.Set(m)
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -11,7 +11,7 @@ import (
 )
 
 // PinSource is a local, read-only view of the pin table with change signals: a *Store on a
-// router, a *Mirror on a node agent.
+// router, a *TableCopy on a node agent.
 type PinSource interface {
 	AllowedNodes(adapter uint64) (nodes []string, pinned bool)
 	PrefixPinsFor(node string) []PrefixPin
@@ -20,34 +20,34 @@ type PinSource interface {
 
 var (
 	_ PinSource = (*Store)(nil)
-	_ PinSource = (*Mirror)(nil)
+	_ PinSource = (*TableCopy)(nil)
 )
 
-// Mirror keeps a read-only copy of the pin table from a router's Pins.Watch stream, for members
+// TableCopy keeps a read-only copy of the pin table from a router's Pins.Watch stream, for members
 // that are not Raft voters (node agents). It re-subscribes with backoff when the stream breaks;
 // every new stream starts with the full table, so nothing is missed.
-type Mirror struct {
+type TableCopy struct {
 	client    pb.PinsClient
 	fsm       *FSM
 	connected atomic.Bool
 	resets    atomic.Uint64
 }
 
-// NewMirror returns an empty mirror fed by client once Run is called.
-func NewMirror(client pb.PinsClient) *Mirror {
-	return &Mirror{client: client, fsm: NewFSM()}
+// NewTableCopy returns an empty copy fed by client once Run is called.
+func NewTableCopy(client pb.PinsClient) *TableCopy {
+	return &TableCopy{client: client, fsm: NewFSM()}
 }
 
-// mirror backoff bounds: retry quickly after a router restart, but never hammer a router that
+// copy backoff bounds: retry quickly after a router restart, but never hammer a router that
 // is down (5 s is well under how long an operator waits for a pin to take effect).
 const (
-	mirrorBackoffMin = 50 * time.Millisecond
-	mirrorBackoffMax = 5 * time.Second
+	copyBackoffMin = 50 * time.Millisecond
+	copyBackoffMax = 5 * time.Second
 )
 
 // Run follows the Watch stream until ctx ends (then it returns nil).
-func (m *Mirror) Run(ctx context.Context) error {
-	backoff := mirrorBackoffMin
+func (m *TableCopy) Run(ctx context.Context) error {
+	backoff := copyBackoffMin
 	for {
 		err := m.follow(ctx)
 		m.connected.Store(false)
@@ -55,7 +55,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 			return nil
 		}
 		if err == nil {
-			backoff = mirrorBackoffMin
+			backoff = copyBackoffMin
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -64,12 +64,12 @@ func (m *Mirror) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		backoff = min(2*backoff, mirrorBackoffMax)
+		backoff = min(2*backoff, copyBackoffMax)
 	}
 }
 
 // follow consumes one Watch stream.
-func (m *Mirror) follow(ctx context.Context) error {
+func (m *TableCopy) follow(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := m.client.Watch(ctx, &pb.WatchPinsRequest{})
@@ -109,23 +109,23 @@ func (m *Mirror) follow(ctx context.Context) error {
 	}
 }
 
-// Connected reports whether the mirror holds the table from a live stream.
-func (m *Mirror) Connected() bool { return m.connected.Load() }
+// Connected reports whether the copy holds the table from a live stream.
+func (m *TableCopy) Connected() bool { return m.connected.Load() }
 
-// AppliedIndex returns the index the mirrored table reflects.
-func (m *Mirror) AppliedIndex() uint64 { return m.fsm.AppliedIndex() }
+// AppliedIndex returns the index the copied table reflects.
+func (m *TableCopy) AppliedIndex() uint64 { return m.fsm.AppliedIndex() }
 
 // AllowedNodes implements PinSource.
-func (m *Mirror) AllowedNodes(adapter uint64) ([]string, bool) { return m.fsm.AllowedNodes(adapter) }
+func (m *TableCopy) AllowedNodes(adapter uint64) ([]string, bool) { return m.fsm.AllowedNodes(adapter) }
 
 // PrefixPinsFor implements PinSource.
-func (m *Mirror) PrefixPinsFor(node string) []PrefixPin { return m.fsm.PrefixPinsFor(node) }
+func (m *TableCopy) PrefixPinsFor(node string) []PrefixPin { return m.fsm.PrefixPinsFor(node) }
 
 // Subscribe implements PinSource.
-func (m *Mirror) Subscribe() (<-chan struct{}, func()) { return m.fsm.Subscribe() }
+func (m *TableCopy) Subscribe() (<-chan struct{}, func()) { return m.fsm.Subscribe() }
 
-// View returns the mirrored table.
-func (m *Mirror) View() View { return m.fsm.View() }
+// View returns the copied table.
+func (m *TableCopy) View() View { return m.fsm.View() }
 
 // replace swaps in a whole table (a Watch reset).
 func (f *FSM) replace(st state) {
