@@ -14,7 +14,8 @@ const FleetTier = "gpu"
 
 // FleetSource is what the fleet collector reads at every scrape.
 type FleetSource struct {
-	Mirror Mirror
+	// Mirror lists the nodes the router mirrors: *cluster.SummaryMirror.
+	Mirror NodeStatusSource
 	// Blocks answers the blocks the index holds for a node: *routing.Index.NodeState.
 	Blocks func(node string) (epoch, seq uint64, blocks int, ok bool)
 	// Ejected reports the front door's passive-health ejections (nil: none).

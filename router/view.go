@@ -9,8 +9,9 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// Mirror is the node list the view reads: *cluster.SummaryMirror.
-type Mirror interface {
+// NodeStatusSource lists the nodes with their metadata and load, as the view reads them:
+// *cluster.SummaryMirror.
+type NodeStatusSource interface {
 	Nodes() []cluster.NodeStatus
 }
 
@@ -20,20 +21,20 @@ type Estimator interface {
 }
 
 var (
-	_ Mirror    = (*cluster.SummaryMirror)(nil)
-	_ Estimator = (*routing.Index)(nil)
+	_ NodeStatusSource = (*cluster.SummaryMirror)(nil)
+	_ Estimator        = (*routing.Index)(nil)
 )
 
 // View is the router's view of the nodes: who is there, their load, and their cache estimates.
 // It is safe for concurrent use.
 type View struct {
-	mirror Mirror
+	mirror NodeStatusSource
 	index  Estimator
 	now    func() time.Time
 }
 
 // NewView returns a view over a mirror and the index it feeds.
-func NewView(m Mirror, idx Estimator) *View {
+func NewView(m NodeStatusSource, idx Estimator) *View {
 	return &View{mirror: m, index: idx, now: time.Now}
 }
 

@@ -7,19 +7,20 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// Mirror is the gossip mirror's node list (*cluster.SummaryMirror).
-type Mirror interface {
+// NodeStatusSource lists the nodes with their metadata and load: the gossip mirror
+// (*cluster.SummaryMirror), which MirrorNodes adapts to NodeSource.
+type NodeStatusSource interface {
 	Nodes() []cluster.NodeStatus
 }
 
-var _ Mirror = (*cluster.SummaryMirror)(nil)
+var _ NodeStatusSource = (*cluster.SummaryMirror)(nil)
 
 // MirrorNodes adapts the gossip mirror to NodeSource, the way router.View reads it: every node
 // the mirror has synced at least once (a node still loading its first summary has no estimate
 // yet, so routing to it would be blind), with an engine URL, its reported load and the age the
 // router measured on receipt. The router's own in-flight counts are added by PolicyPicker.
 type MirrorNodes struct {
-	M   Mirror
+	M   NodeStatusSource
 	Now func() time.Time // nil: time.Now
 }
 

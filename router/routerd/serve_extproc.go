@@ -165,7 +165,7 @@ func selfSigned(now time.Time) (tls.Certificate, error) {
 }
 
 // newEndpointPicker listens on cfg.ExtProc.Listen; nil when the flag is off.
-func newEndpointPicker(cfg ServeConfig, fd *frontDoor, mirror frontdoor.Mirror, conns *connstats.Counter,
+func newEndpointPicker(cfg ServeConfig, fd *frontDoor, mirror frontdoor.NodeStatusSource, conns *connstats.Counter,
 	tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*endpointPicker, error) {
 	if cfg.ExtProc.Listen == "" {
 		return nil, nil

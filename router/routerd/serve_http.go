@@ -35,7 +35,7 @@ type frontDoor struct {
 	flow *flow.Controller // nil without --flow-control
 }
 
-func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.Mirror, idx *routing.Index, dec *routing.Decider, table router.PinTable,
+func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.NodeStatusSource, idx *routing.Index, dec *routing.Decider, table router.PinTable,
 	fc *flow.Controller, tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
 	nodes := frontdoor.MirrorNodes{M: mirror}
 	sc := frontdoor.DefaultStackConfig()
