@@ -11,7 +11,7 @@ import (
 // Router-to-router sharing (routing/POLICIES.md, "Many routers"): routers tell each other what only they know — the
 // requests they route (decisions) and their in-flight load per node — in best-effort packets to
 // every other router member, the same path as node → router deltas. This file is the wire
-// format and the agent's two hooks; router/share owns what to send and what to do on receipt
+// format and the agent's two hooks; router/peershare owns what to send and what to do on receipt
 // (it feeds routing.Decider). Nothing here reaches the summary index: what a node caches still
 // comes only from the node.
 //
@@ -300,7 +300,7 @@ func (t *ShareTTFT) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// SetShareHandler installs the receiver of share packets (router/share). h is called from
+// SetShareHandler installs the receiver of share packets (router/peershare). h is called from
 // memberlist's delivery goroutine with a copy of the packet it may keep: it must not block
 // (enqueue on a bounded queue and count drops). Set it before Start; nil drops share packets.
 func (a *Agent) SetShareHandler(h func(b []byte)) {

@@ -8,7 +8,7 @@
 // and in-flight counts as the HTTP front door's picker (frontdoor.NewDeciderPicker), so one
 // request gets one answer whichever door it takes; session ids map to routing.SessionKey on both
 // paths, a fixed function, so replicas agree on sessions. A Route decision is recorded in the
-// overlay for its TTL and shared with the other routers (router/share), not counted in flight:
+// overlay for its TTL and shared with the other routers (router/peershare), not counted in flight:
 // the client sends the request itself. Placement pins (docs/architecture.md, "Pins") are read through a
 // PinTable, locally: Route and, through PinnedPicker, the HTTP front door consider only the
 // nodes a pinned adapter is pinned to, and any node for an unpinned one.

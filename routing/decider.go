@@ -99,7 +99,7 @@ func (l InFlight) zero() bool { return l == InFlight{} }
 
 // DeciderHooks receive committed decisions; hashes are only valid during the call. Decide and
 // RefreshPending call them outside the decider's lock, so a hook may take its time (a sharer
-// encodes and queues packets: router/share) and may call back into the Decider. Nil hooks are
+// encodes and queues packets: router/peershare) and may call back into the Decider. Nil hooks are
 // skipped.
 type DeciderHooks struct {
 	// OnDecision: a request with these block hashes was routed to node, whose summary (as the

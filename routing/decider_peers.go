@@ -7,7 +7,7 @@ import (
 
 // What other routers tell this one (POLICIES.md, "Many routers"). Views of replicas differ only by what each
 // router alone knows: its in-flight requests and the prefixes it has just routed. A sharer
-// (router/share over memberlist; routing/sim with a delay and loss) carries two things between
+// (router/peershare over memberlist; routing/sim with a delay and loss) carries two things between
 // routers, and the decider folds both into every decision:
 //
 //   - load reports: a router's absolute in-flight counts per node (requests, prompt tokens,

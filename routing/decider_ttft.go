@@ -7,7 +7,7 @@ import (
 
 // What a router learns of each node's time to first token (ttft.go), and how routers sharing
 // decisions learn from each other's first tokens: every router's own first tokens go, with the
-// features its policy saw, to its peers (router/share sends them with the load reports; the
+// features its policy saw, to its peers (router/peershare sends them with the load reports; the
 // simulator the same), so eight routers each seeing an eighth of the traffic learn the fits one
 // router would from all of it.
 

@@ -40,7 +40,7 @@ import (
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router"
 	"github.com/prefixmesh/prefixmesh/router/flow"
-	"github.com/prefixmesh/prefixmesh/router/share"
+	"github.com/prefixmesh/prefixmesh/router/peershare"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -142,7 +142,7 @@ type routerd struct {
 
 	// the decision path and gRPC
 	decider  *routing.Decider
-	sharer   *share.Sharer
+	sharer   *peershare.Sharer
 	tokenize pins.TokenizeFunc
 	conns    *connstats.Counter
 	grpcSrv  *grpc.Server
@@ -270,7 +270,7 @@ func (d *routerd) buildDecisionPath() error {
 	if err = d.reg.Register(router.NewTTFTCollector(d.decider)); err != nil {
 		return err
 	}
-	if d.sharer, err = share.New(share.DefaultConfig(d.cfg.NodeID), d.decider, d.agent, d.reg); err != nil {
+	if d.sharer, err = peershare.New(peershare.DefaultConfig(d.cfg.NodeID), d.decider, d.agent, d.reg); err != nil {
 		return err
 	}
 	// Flow control, one for the three doors, on the decisions' own view and in-flight counts.

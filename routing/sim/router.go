@@ -179,7 +179,7 @@ func (s *Sim) sendToPeers(rt *router, m int, size int64, kind eventKind) {
 // shareTick is a router's periodic load report: its own in-flight counts per node, sent when
 // they changed since the last report or a second has passed.
 func (rt *router) shareTick(s *Sim) {
-	// Requests still queued are reported again every half TTL, as router/share does.
+	// Requests still queued are reported again every half TTL, as router/peershare does.
 	rt.dec.RefreshPending(epoch0.Add(s.q.now), s.cfg.OverlayTTL/2)
 	rt.loads = rt.dec.AppendOwnLoads(rt.loads[:0])
 	s.parts = routing.AppendLoadParts(s.parts[:0], rt.id, rt.loads) // sorts rt.loads
@@ -196,7 +196,7 @@ func (rt *router) shareTick(s *Sim) {
 			start = end
 		}
 	}
-	// First tokens observed since the last tick, as router/share sends them.
+	// First tokens observed since the last tick, as router/peershare sends them.
 	rt.ttft = rt.dec.AppendTTFTObservations(rt.ttft[:0])
 	s.parts = routing.AppendTTFTParts(s.parts[:0], rt.id, rt.ttft)
 	start := 0

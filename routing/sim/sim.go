@@ -71,7 +71,7 @@ type Config struct {
 	// ShareLoss is the probability that one router-to-router packet is lost.
 	ShareLoss float64
 	// ShareInterval is how often a router sends its load report while it changes, and at least
-	// every second (router/share's default, 10 ms: on the Mooncake trace at 8 routers, 50 ms
+	// every second (router/peershare's default, 10 ms: on the Mooncake trace at 8 routers, 50 ms
 	// cost 2.5% of the hit ratio and 2% of mean TTFT against one router, 10 ms nothing, at about
 	// the same bytes — a report goes out only when the counts changed, so the cost follows the
 	// request rate, not the interval).

@@ -1,4 +1,4 @@
-package share
+package peershare
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

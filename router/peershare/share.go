@@ -1,4 +1,4 @@
-// Package share makes router replicas route as one (routing/POLICIES.md, "Many routers"). A Sharer
+// Package peershare makes router replicas route as one (routing/POLICIES.md, "Many routers"). A Sharer
 // sits beside a router's routing.Decider: every decision the decider commits (gRPC Route or the
 // HTTP front door) goes to the other routers as the part of the prompt's block-hash chain beyond
 // what the chosen node's summary already reports (a few bytes for a cached prefix, up to
@@ -13,7 +13,12 @@
 // goroutine from a bounded queue; receipt copies, enqueues on a bounded queue and returns. Both
 // queues drop and count when full: a lost decision costs what the node's summary will say a moment
 // later, a lost load report one interval of staleness.
-package share
+//
+// The peers are the other routers. This package decides what to share and applies what arrives;
+// the packets' wire format and their gossip transport are cluster's (cluster/share.go), their
+// sizes and packing rules routing's (routing/share.go). The metrics keep the prefixmesh_share_
+// prefix.
+package peershare
 
 import (
 	"context"
@@ -48,7 +53,7 @@ type Membership interface {
 var _ Membership = (*cluster.Agent)(nil)
 
 // ErrConfig reports an unusable Config.
-var ErrConfig = errors.New("share: invalid config")
+var ErrConfig = errors.New("peershare: invalid config")
 
 // Config configures a Sharer.
 type Config struct {
@@ -128,7 +133,7 @@ func New(cfg Config, dec *routing.Decider, tr Transport, reg prometheus.Register
 	}
 	m, err := newMetrics(reg, dec)
 	if err != nil {
-		return nil, fmt.Errorf("share: register metrics: %w", err)
+		return nil, fmt.Errorf("peershare: register metrics: %w", err)
 	}
 	now := cfg.Now
 	if now == nil {
