@@ -49,7 +49,7 @@ type Agent struct {
 	pub *publisher     // node role
 	mir *SummaryMirror // router role
 
-	share atomic.Pointer[func([]byte)] // receiver of router-to-router share packets (share.go)
+	share atomic.Pointer[func([]byte)] // receiver of router-to-router share packets (sharewire.go)
 
 	// recvHook, set by tests before Start, sees every received packet and returns the packets to
 	// deliver now (none to drop it, several to release held ones).

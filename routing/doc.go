@@ -21,7 +21,7 @@
 // enter the overlay, their loads the candidates' in-flight fields, so replicas route as one
 // (POLICIES.md, "Many routers"). In bursts of simultaneous decisions a router waits its turn
 // among its peers when the burst could change its choice (concurrency.go learns the bursts,
-// decider_admission.go decides the wait; POLICIES.md, "Bursts"). share.go states the sizes and
+// decider_admission.go decides the wait; POLICIES.md, "Bursts"). sharesize.go states the sizes and
 // packing of those messages. The
 // package does no IO, starts no goroutines and reads the clock only through `now` arguments.
 package routing

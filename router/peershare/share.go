@@ -15,8 +15,8 @@
 // later, a lost load report one interval of staleness.
 //
 // The peers are the other routers. This package decides what to share and applies what arrives;
-// the packets' wire format and their gossip transport are cluster's (cluster/share.go), their
-// sizes and packing rules routing's (routing/share.go). The metrics keep the prefixmesh_share_
+// the packets' wire format and their gossip transport are cluster's (cluster/sharewire.go), their
+// sizes and packing rules routing's (routing/sharesize.go). The metrics keep the prefixmesh_share_
 // prefix.
 package peershare
 

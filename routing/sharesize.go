@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Sizes of the router-to-router share messages as cluster encodes them (cluster/share.go), so
+// Sizes of the router-to-router share messages as cluster encodes them (cluster/sharewire.go), so
 // that the simulator counts the bytes the daemons send, and the packing rules both follow. A
 // decision packet is: type, version, kind (3 bytes), the sender's router id and the node id
 // (uvarint length + bytes each), the offset of the first hash in the request's chain (uvarint),
