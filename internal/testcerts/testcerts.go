@@ -59,13 +59,19 @@ func NewCA(t testing.TB, dir, name string) *CA {
 // servers and clients.
 func (ca *CA) Issue(t testing.TB, name string) (certFile, keyFile string) {
 	t.Helper()
+	return ca.IssueFor(t, name, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+}
+
+// IssueFor is Issue with the given subject alternative names only.
+func (ca *CA) IssueFor(t testing.TB, name string, dns []string, ips []net.IP) (certFile, keyFile string) {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		IPAddresses: ips, DNSNames: dns,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

@@ -2,98 +2,29 @@ package frontdoor
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/internal/testcerts"
 	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// testPKI is a CA and certificates it signed, written as PEM files.
-type testPKI struct {
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	caFile string
-	serial int64
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, serial: 1}
-	p.caFile = p.write(t, "ca.pem", "CERTIFICATE", der)
-	return p
-}
-
-func (p *testPKI) write(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	file := filepath.Join(p.dir, name)
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file
-}
-
-// issue writes a certificate for 127.0.0.1 usable by servers and clients; it returns its files.
-func (p *testPKI) issue(t *testing.T, name string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.write(t, name+".pem", "CERTIFICATE", der), p.write(t, name+"-key.pem", "EC PRIVATE KEY", kder)
-}
-
 // The Stack cmd/router serve builds, with mTLS on both sides from PEM files: clients must show a
 // certificate of the CA to the front door, and the front door shows its own to the engine.
 func TestStackWithMutualTLS(t *testing.T) {
-	pki := newTestPKI(t)
-	engCert, engKey := pki.issue(t, "engine")
-	routerCert, routerKey := pki.issue(t, "router")
-	clientCert, clientKey := pki.issue(t, "client")
+	pki := testcerts.NewCA(t, t.TempDir(), "ca")
+	engCert, engKey := pki.IssueFor(t, "engine", nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	routerCert, routerKey := pki.IssueFor(t, "router", nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	clientCert, clientKey := pki.IssueFor(t, "client", nil, []net.IP{net.IPv4(127, 0, 0, 1)})
 
-	engTLS, err := tlsfiles.Server(engCert, engKey, pki.caFile)
+	engTLS, err := tlsfiles.Server(engCert, engKey, pki.File)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,10 +41,10 @@ func TestStackWithMutualTLS(t *testing.T) {
 	t.Cleanup(up.Close)
 
 	cfg := DefaultStackConfig()
-	if cfg.Server.TLS, err = tlsfiles.Server(routerCert, routerKey, pki.caFile); err != nil {
+	if cfg.Server.TLS, err = tlsfiles.Server(routerCert, routerKey, pki.File); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Server.UpstreamTLS, err = tlsfiles.Client(routerCert, routerKey, pki.caFile); err != nil {
+	if cfg.Server.UpstreamTLS, err = tlsfiles.Client(routerCert, routerKey, pki.File); err != nil {
 		t.Fatal(err)
 	}
 	nodes := &nodeList{}
@@ -142,7 +73,7 @@ func TestStackWithMutualTLS(t *testing.T) {
 	})
 	base := "https://" + ln.Addr().String()
 
-	clientTLS, err := tlsfiles.Client(clientCert, clientKey, pki.caFile)
+	clientTLS, err := tlsfiles.Client(clientCert, clientKey, pki.File)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +82,7 @@ func TestStackWithMutualTLS(t *testing.T) {
 	if err != nil || r.status != 200 || r.text != "ok" {
 		t.Fatalf("mTLS request: %+v %v", r, err)
 	}
-	anon, _ := tlsfiles.Client("", "", pki.caFile)
+	anon, _ := tlsfiles.Client("", "", pki.File)
 	if _, err := do(t.Context(), &http.Client{Transport: &http.Transport{TLSClientConfig: anon}}, base, "/v1/completions", `{"prompt":"x"}`, nil); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
