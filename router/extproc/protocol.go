@@ -11,6 +11,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
 // headerValue is h's value for key (lower case, as Envoy sends HTTP/2-style names): raw_value
@@ -181,8 +183,9 @@ func trailersResponse(request bool) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 }
 
-// retryAfterSeconds is the Retry-After of a 429 the picker answers (the front door's).
-const retryAfterSeconds = "1"
+// retryAfterSeconds is the Retry-After of a 429 the picker answers (the front door's,
+// internal/openai's default).
+const retryAfterSeconds = openai.DefaultRetryAfter
 
 // immediate is an ImmediateResponse with status and an OpenAI-shaped JSON error body; 429 and
 // 503 carry Retry-After.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
 // Request headers (and gRPC metadata keys, lower-cased) that carry a request's class and tenant.
@@ -43,9 +45,9 @@ type Admitter interface {
 
 var _ Admitter = (*Controller)(nil)
 
-// RetryAfterSeconds is the Retry-After of a shed request (the doors' own default, 1 s):
-// capacity frees as requests complete, within seconds.
-const RetryAfterSeconds = "1"
+// RetryAfterSeconds is the Retry-After of a shed request: the doors' own default
+// (internal/openai), as capacity frees as requests complete, within seconds.
+const RetryAfterSeconds = openai.DefaultRetryAfter
 
 // maxTenantBytes bounds a tenant key: a queue holds at most Limits.MaxTotal of them.
 const maxTenantBytes = 128
