@@ -31,9 +31,11 @@ func (f *FlowSource) AppendLoads(dst []flow.NodeLoad, model string) []flow.NodeL
 	defer f.mu.Unlock()
 	f.View.Nodes(&f.snap)
 	now := time.Now()
+	// The decisions' own predicate: a node flow control counts is one a request could be sent to.
+	el := routing.Eligibility{Model: model, Ejected: f.Ejected}
 	for i := range f.snap.Nodes {
 		n := &f.snap.Nodes[i]
-		if !n.Alive || n.Draining || model != "" && n.Model != model || f.Ejected != nil && f.Ejected(n.ID) {
+		if !el.Eligible(n) {
 			continue
 		}
 		dst = append(dst, flow.NodeLoad{Waiting: n.Waiting, Running: n.Running, FreeBlocks: n.FreeBlocks,
