@@ -24,9 +24,9 @@ func (k Kind) String() string {
 	}
 }
 
-// Tier is a normalised storage medium. Only TierGPU blocks count for matching (the engine
-// prefills from GPU blocks); the others are tracked per block, exported, and answered by
-// PeekMatchedTokensByTier for a later tier-aware policy.
+// Tier is a normalised storage medium. Only TierGPU blocks count for PeekMatchedTokens (the
+// engine's prefix cache); the others are tracked per block, answered by PeekMatchedTokensByTier
+// and published in the summary under their tier keys (local.TierKey), except TierOther.
 type Tier uint8
 
 // Tiers, from the event's "medium" (case-insensitive; nil means GPU, vLLM's and SGLang's default)

@@ -37,8 +37,9 @@ import (
 //
 // Lower tiers (CPU, disk, storage, remote, other: see Tier) are copies like the GPU's, counted
 // per block and tier, and never make a block visible: a block evicted from the GPU but still
-// held on the CPU stays in the mirror, out of the summary, and PeekMatchedTokensByTier says how
-// far each lower tier continues the GPU prefix. vLLM's offloading connector describes an
+// held on the CPU stays in the mirror, its canonical hash leaves the summary and its CPU tier key
+// (local.TierKey) stays there, and PeekMatchedTokensByTier says how far each lower tier
+// continues the GPU prefix. vLLM's offloading connector describes an
 // offloaded chunk by its constituent GPU blocks (vllm/distributed/kv_transfer/kv_connector/v1/
 // offloading/events.py): chunks overlapping an unaligned shared prefix announce the shared
 // hashes once per chunk and remove them as often, so every announcement is a copy, reference
@@ -626,6 +627,10 @@ func (m *CacheMirror) dropCopy(c int32, t Tier) {
 func (m *CacheMirror) lowerAdd(h uint64, t Tier, d int) {
 	v := m.lower[h]
 	v[t] = uint32(int(v[t]) + d)
+	if t < TierOther && (d > 0 && v[t] == 1 || d < 0 && v[t] == 0) {
+		// The first copy on t appeared, or the last left: the summary's tier key follows.
+		m.journal.Emit(local.TierKey(h, local.Tier(t)), d > 0)
+	}
 	if v == ([numTiers]uint32{}) {
 		delete(m.lower, h)
 		return

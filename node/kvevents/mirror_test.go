@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -64,6 +65,22 @@ func (m *CacheMirror) check() error {
 		if n.first == noNode && n.copies == ([numTiers]uint32{}) {
 			return fmt.Errorf("node %d has no copies and no children but was not freed", i)
 		}
+	}
+	// lower counts, per canonical hash and lower tier, the nodes with that canon holding a copy.
+	lower := map[uint64][numTiers]uint32{}
+	for _, i := range m.byKey {
+		if n := &m.nodes[i]; n.flags&fCanon != 0 {
+			for t := TierGPU + 1; t < numTiers; t++ {
+				if n.copies[t] > 0 {
+					v := lower[n.canon]
+					v[t]++
+					lower[n.canon] = v
+				}
+			}
+		}
+	}
+	if !maps.Equal(lower, m.lower) {
+		return fmt.Errorf("lower-tier counts %v, nodes say %v", m.lower, lower)
 	}
 	for k, v := range perGroup { // credited once where visible in every group of the rank
 		if v == len(m.groups[k.rank]) {
@@ -170,10 +187,22 @@ func (r *refMirror) apply(rank int, ev *Event) {
 			parent, has = h, true
 		}
 	}
-	// Blocks with no copies are gone from the engine; the reference forgets them.
-	for k, b := range r.blocks {
-		if b.gpu == 0 && b.other == 0 {
-			delete(r.blocks, k)
+	// Blocks with no copies are gone from the engine; the reference forgets them once no block
+	// names them as parent (their tokens still give their children's canonical hashes, and a
+	// later store of a tier copy finds them, as in the mirror).
+	for again := true; again; {
+		again = false
+		parents := map[mkey]bool{}
+		for k, b := range r.blocks {
+			if b.hasParent {
+				parents[mkey{b.parent, k.src}] = true
+			}
+		}
+		for k, b := range r.blocks {
+			if b.gpu == 0 && b.other == 0 && !parents[k] {
+				delete(r.blocks, k)
+				again = true
+			}
 		}
 	}
 }
@@ -224,6 +253,35 @@ func (r *refMirror) canon(k mkey, depth int) (uint64, bool) {
 	return local.ChainHash(p, b.tokens), true
 }
 
+// splitTierKeys splits a mirror's summary into GPU keys and the canonical hashes behind its CPU
+// tier keys (the model's only lower tier): a key is a CPU tier key when un-salting it gives the
+// canonical hash of a block the generator published (canon: engine hash → canonical hash).
+func splitTierKeys(keys []uint64, canon map[uint64]uint64) (gpu, cpu []uint64) {
+	known := map[uint64]bool{}
+	for _, h := range canon {
+		known[h] = true
+	}
+	for _, k := range keys {
+		if h := local.TierKey(k, local.TierCPU); known[h] && !known[k] {
+			cpu = append(cpu, h)
+			continue
+		}
+		gpu = append(gpu, k)
+	}
+	return gpu, cpu
+}
+
+// holdsOffloaded reports whether some reference block with canonical hash h has a copy off the
+// GPU.
+func (r *refMirror) holdsOffloaded(h uint64, canon map[uint64]uint64) bool {
+	for k, b := range r.blocks {
+		if c, ok := canon[k.hash]; ok && c == h && b.other > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func sortedSnapshot(m *CacheMirror) []uint64 {
 	s, _ := m.SummarySnapshot(nil)
 	slices.Sort(s)
@@ -251,6 +309,7 @@ func TestMirrorModel(t *testing.T) {
 		tokensOf := map[uint64][]uint32{} // an engine hash names one token block, forever
 		parentOf := map[uint64]uint64{}   // … and one parent (0: the root)
 		shapeOf := map[uint64]Event{}     // … and one group, salt and extra key
+		canonOf := map[uint64]uint64{}    // … and one canonical hash, when its chain has a root
 		var since uint64
 		var twin *CacheMirror // the mirror restored from a checkpoint
 		for step := 0; step < 400; step++ {
@@ -316,6 +375,18 @@ func TestMirrorModel(t *testing.T) {
 						tokensOf[h] = []uint32{0, 0, 0, 0}
 					}
 				}
+				// The canonical hash each new block has if its chain is matchable (the CPU tier
+				// keys' names); the root of an orphan is unknown, so it has none.
+				p, ok := local.AdapterSeed(AdapterID(base.lora)), true
+				if ev.HasParent {
+					p, ok = canonOf[ev.Parent]
+				}
+				for _, h := range ev.Hashes {
+					if ok {
+						p = local.ChainHash(p, tokensOf[h])
+						canonOf[h] = p
+					}
+				}
 				chains = append(chains, chain{append(append([]uint64(nil), base.hashes...), ev.Hashes...), base.lora})
 			case op < 55 && len(chains) > 0: // store a known block again (a second physical copy)
 				c := chains[rng.IntN(len(chains))]
@@ -378,7 +449,9 @@ func TestMirrorModel(t *testing.T) {
 					t.Fatalf("seed %d: provisional copies after ConfirmRestored", seed)
 				}
 			}
-			got, want := sortedSnapshot(m), ref.summary()
+			all := sortedSnapshot(m)
+			got, cpu := splitTierKeys(all, canonOf)
+			want := ref.summary()
 			if !slices.Equal(got, want) {
 				t.Fatalf("seed %d step %d (%+v): summary %x, reference %x", seed, step, ev, got, want)
 			}
@@ -394,8 +467,20 @@ func TestMirrorModel(t *testing.T) {
 				}
 			}
 			since = head
-			if len(journalSet) != len(got) {
-				t.Fatalf("seed %d step %d: journal set %d, snapshot %d", seed, step, len(journalSet), len(got))
+			if len(journalSet) != len(all) {
+				t.Fatalf("seed %d step %d: journal set %d, snapshot %d", seed, step, len(journalSet), len(all))
+			}
+			for _, k := range all {
+				if !journalSet[k] {
+					t.Fatalf("seed %d step %d: snapshot key %x not in the journal's set", seed, step, k)
+				}
+			}
+			// Every CPU tier key names a block the engine holds on the CPU (the reference's
+			// copies), by its canonical hash.
+			for _, h := range cpu {
+				if !ref.holdsOffloaded(h, canonOf) {
+					t.Fatalf("seed %d step %d: CPU tier key for %x, which no block holds on the CPU", seed, step, h)
+				}
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prefixmesh/prefixmesh/internal/testenv"
+	"github.com/prefixmesh/prefixmesh/local"
 )
 
 // Tiers beyond the GPU. Every payload here is a golden written by testdata/conformance_pub.py
@@ -430,4 +432,53 @@ func peekByTierMirror() (*CacheMirror, []uint32) {
 	m.Apply(0, &Event{Kind: KindStored, Hashes: hs, Tokens: toks, BlockSize: 16, Tier: TierCPU})
 	m.Apply(0, &Event{Kind: KindRemoved, Hashes: hs[64:]})
 	return m, toks
+}
+
+// TestSummaryTierKeys: a block's copy on a lower tier is in the summary under its tier key
+// (local.TierKey) from its first copy there to its last, independent of its GPU copy; the
+// journal says so in order, and the snapshot agrees. The expected keys are computed here from the
+// tokens with local's canonical hash, not read from the mirror.
+func TestSummaryTierKeys(t *testing.T) {
+	m := NewCacheMirror(4)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	h1 := local.ChainHash(0, toks[:4])
+	h2 := local.ChainHash(h1, toks[4:])
+	cpu2, disk2 := local.TierKey(h2, local.TierCPU), local.TierKey(h2, local.TierDisk)
+	if cpu2 == h2 || cpu2 == disk2 {
+		t.Fatalf("tier keys %x %x collide with %x", cpu2, disk2, h2)
+	}
+	var since uint64
+	step := func(ev Event, want ...local.SummaryEvent) {
+		t.Helper()
+		m.Apply(0, &ev)
+		got, head, ok := m.SummarySince(since, nil)
+		if !ok {
+			t.Fatal("journal lost events")
+		}
+		since = head
+		for i := range got {
+			got[i].Seq = 0
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("after %v on %v: journal %+v, want %+v", ev.Kind, ev.Tier, got, want)
+		}
+	}
+	add := func(k uint64) local.SummaryEvent { return local.SummaryEvent{Hash: k, Added: true} }
+	del := func(k uint64) local.SummaryEvent { return local.SummaryEvent{Hash: k} }
+	step(Event{Kind: KindStored, Hashes: []uint64{1, 2}, Tokens: toks, BlockSize: 4}, add(h1), add(h2))
+	step(Event{Kind: KindStored, Hashes: []uint64{2}, Parent: 1, HasParent: true, Tokens: toks[4:], BlockSize: 4, Tier: TierCPU}, add(cpu2))
+	step(Event{Kind: KindStored, Hashes: []uint64{2}, Parent: 1, HasParent: true, Tokens: toks[4:], BlockSize: 4, Tier: TierCPU}) // a second copy: no change
+	step(Event{Kind: KindStored, Hashes: []uint64{2}, Tier: TierDisk}, add(disk2))                                                // a placeholder on a known block
+	step(Event{Kind: KindStored, Hashes: []uint64{2}, Tier: TierOther})                                                           // never published
+	step(Event{Kind: KindRemoved, Hashes: []uint64{2}}, del(h2))                                                                  // the GPU evicts; the lower copies stay
+	step(Event{Kind: KindRemoved, Hashes: []uint64{2}, Tier: TierCPU})                                                            // one of two CPU copies
+	snap, _ := m.SummarySnapshot(nil)
+	slices.Sort(snap)
+	want := []uint64{h1, cpu2, disk2}
+	slices.Sort(want)
+	if !slices.Equal(snap, want) {
+		t.Fatalf("snapshot %x, want %x", snap, want)
+	}
+	step(Event{Kind: KindRemoved, Hashes: []uint64{2}, Tier: TierCPU}, del(cpu2))
+	step(Event{Kind: KindCleared}, del(h1), del(disk2))
 }
