@@ -44,7 +44,8 @@ type Decider struct {
 	// first tokens (ttft.go); guarded by mu, dropped by ForgetNode. nominal is the policy's
 	// default prefill rate, the learner's unit of work.
 	learned    map[string]*ttftLearner
-	learnedGen uint64 // changes whenever learned gains or loses a node (Choice.learned)
+	tierCosts  map[string]*tierLearner // each node's learned tier load costs (tiers.go)
+	learnedGen uint64                  // changes whenever learned gains or loses a node (Choice.learned)
 	fleet      ttftLearner
 	noLearn    bool
 	outbox     ttftOutbox // first tokens for the peers (decider_ttft.go)
@@ -151,6 +152,7 @@ func NewDecider(index *Index, overlay *Overlay, policy Policy, cfg DeciderConfig
 	}
 	d := &Decider{index: index, overlay: overlay, policy: policy, maxPer: cfg.MaxInFlightPerNode, hooks: cfg.Hooks,
 		own: make(map[string]*InFlight), peers: newPeerLoads(ttl), learned: make(map[string]*ttftLearner),
+		tierCosts:  make(map[string]*tierLearner),
 		learnedGen: deciders.Add(1) << 32} // a Choice used with another decider never matches its generation
 	d.pcfg = DefaultPolicyConfig()
 	if p, ok := policy.(interface{ Config() PolicyConfig }); ok {
@@ -219,6 +221,9 @@ type Choice struct {
 	Hashes []uint64
 	// Ticket is the committed request (CommitBegin only): call its Done exactly once.
 	Ticket *Ticket
+	// Tiers is the chosen node's match per tier (TierTokens): the GPU prefix and what its
+	// lower tiers add. MatchedTokens is their sum as the engine will report it.
+	Tiers TierTokens
 
 	dec     Decision
 	rq      Request
@@ -227,6 +232,7 @@ type Choice struct {
 	blocks  []int
 	iblocks []int
 	matched []int
+	lower   []TierTokens // per candidate: what lower tiers add to its GPU match
 	hashes  []uint64
 	extra   []uint64
 	learned idMemo[*ttftLearner] // each candidate's learner (nil: none), kept for the next decision
@@ -250,6 +256,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		c.ids[i] = nodes[i].ID
 	}
 	c.blocks, c.matched, c.iblocks = grow(c.blocks, k), grow(c.matched, k), grow(c.iblocks, k)
+	c.lower = grow(c.lower, k)
 	bs0 := blockSizeOf(&nodes[0])
 	if int64(bs0) != d.blockSize.Load() {
 		d.blockSize.Store(int64(bs0))
@@ -267,7 +274,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	// allocation per decision.
 	rq := &c.rq
 	*rq = Request{Hashes: c.hashes, PromptTokens: len(req.Tokens), AdapterID: req.AdapterID, Model: req.Model,
-		SessionKey: req.SessionKey, BlockSize: bs0}
+		SessionKey: req.SessionKey, BlockSize: bs0, Tiers: c.lower}
 
 	d.mu.Lock()
 	if d.commits.Load() != seen {
@@ -292,6 +299,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 			n.TTFT = ln.fit
 		}
 		n.TTFT.FleetScale = d.fleet.fit.PrefillScale()
+		n.TierLoad = d.tierLoadLocked(n.ID)
 		if d.maxPer > 0 && n.InFlight >= d.maxPer {
 			atCap = true
 			continue
@@ -311,9 +319,11 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		// Gather the kept candidates into the front of a scratch copy (rare: only with a cap).
 		cands = make([]NodeInfo, kept)
 		matched = c.blocks[:kept] // blocks is no longer needed
+		tiers := make([]TierTokens, kept)
 		for j, i := range c.orig {
-			cands[j], matched[j] = nodes[i], c.matched[i]
+			cands[j], matched[j], tiers[j] = nodes[i], c.matched[i], c.lower[i]
 		}
+		rq.Tiers = tiers
 	}
 	if err := d.policy.Choose(rq, cands, matched, now, &c.dec); err != nil {
 		d.mu.Unlock()
@@ -328,11 +338,14 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	// prompt recomputes its last token (local.EngineCachedTokens, the one place it lives; the
 	// simulated engine reports by it too). The policy ranked the raw matches, at most a block apart.
 	prompt := len(req.Tokens)
+	// The lower tiers' tokens count too: the engine loads them and reports them cached.
 	c.Node, c.Reason = chosen, c.dec.Reason
-	c.MatchedTokens = local.EngineCachedTokens(c.dec.MatchedTokens, prompt, blockSizeOf(&nodes[chosen]))
+	c.Tiers = c.lower[chosen]
+	c.Tiers[local.TierGPU] = c.dec.MatchedTokens
+	c.MatchedTokens = local.EngineCachedTokens(c.Tiers.Total(), prompt, blockSizeOf(&nodes[chosen]))
 	for _, cd := range c.dec.Candidates {
 		cd.Node = c.orig[cd.Node]
-		cd.MatchedTokens = local.EngineCachedTokens(cd.MatchedTokens, prompt, blockSizeOf(&nodes[cd.Node]))
+		cd.MatchedTokens = local.EngineCachedTokens(cd.MatchedTokens+c.lower[cd.Node].Lower(), prompt, blockSizeOf(&nodes[cd.Node]))
 		c.Candidates = append(c.Candidates, cd)
 	}
 	id := nodes[chosen].ID
@@ -353,7 +366,8 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 		t = d.beginLocked(id, InFlight{Requests: 1, Tokens: len(req.Tokens), PrefillTokens: max(0, len(req.Tokens)-c.MatchedTokens)}, hold, now)
 		// What the policy saw of the chosen node, to learn from when the first token comes.
 		t.decided = now
-		t.work, t.seqs = ttftFeatures(&cands[c.dec.Node], prompt-c.dec.MatchedTokens, &d.pcfg)
+		d.noteTiers(t, &cands[c.dec.Node], &c.Tiers)
+		t.work, t.seqs = ttftFeatures(&cands[c.dec.Node], prompt-c.Tiers[local.TierGPU]-t.credited, &d.pcfg)
 		c.Ticket = t
 		d.conc.ownDecision(now, span)
 	case CommitRecord:
@@ -398,6 +412,14 @@ func (d *Decider) fill(req *DecideRequest, nodes []NodeInfo, bs0 int, c *Choice,
 	for i := range nodes {
 		if nodes[i].Cold { // a summary that may over-estimate: no affinity from it, nor from the overlay on top of it
 			c.blocks[i], c.iblocks[i], c.matched[i] = 0, 0, 0
+		}
+	}
+	d.index.ContinueLower(c.hashes, c.ids, c.blocks, bs0, c.lower)
+	for i := range nodes {
+		if bs := blockSizeOf(&nodes[i]); nodes[i].Cold || (mixed && bs != bs0) {
+			// Cold: no credit from it. Another block size: its tier keys hash at its size
+			// (rare; its lower tiers are left out rather than hashed again).
+			c.lower[i] = TierTokens{}
 		}
 	}
 }
@@ -490,6 +512,7 @@ func (d *Decider) Expire(now time.Time) {
 func (d *Decider) ForgetNode(node string) {
 	d.mu.Lock()
 	delete(d.learned, node)
+	delete(d.tierCosts, node)
 	d.learnedGen++
 	d.mu.Unlock()
 	if d.overlay != nil {
@@ -513,6 +536,12 @@ type Ticket struct {
 	// written before the ticket is handed out, read at the first token.
 	decided    time.Time
 	work, seqs float64
+	// The chosen node's lower-tier tokens then, the part credited and the load time predicted
+	// for them (seconds), to learn the tiers' load costs from (tiers.go).
+	tiers    TierTokens
+	credited int
+	loadSec  float64
+	secPer   float64 // the node's prefill seconds per token then
 
 	mu     sync.Mutex // guards everything below
 	hashes *[]uint64  // held in the overlay until the first token; back to the pool at Done

@@ -22,10 +22,14 @@ func (d *Decider) observeTTFT(t *Ticket, now time.Time) {
 	}
 	l := d.learnerLocked(t.node)
 	y := now.Sub(t.decided).Seconds()
+	d.learnTierLocked(t, y)
+	// The fits model prefill and queueing: the load from lower tiers, predicted apart, is
+	// taken out of what they learn.
+	y = max(y-t.loadSec, 0)
 	d.learnLocked(l, t.work, t.seqs, y)
 	if d.id != "" { // sharing: the peers learn from it too
 		d.outbox.push(TTFTObservation{Node: t.node, Work: secondsDuration(t.work),
-			Seqs: int(math.Round(t.seqs * TTFTSeqUnit)), TTFT: now.Sub(t.decided)})
+			Seqs: int(math.Round(t.seqs * TTFTSeqUnit)), TTFT: secondsDuration(y)})
 	}
 }
 

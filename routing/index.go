@@ -95,7 +95,8 @@ type Index struct {
 	bytes   int64 // sum of the tables' bytes()
 	refused uint64
 
-	scratch sync.Pool // *estimateScratch, see estimate.go
+	scratch     sync.Pool // *estimateScratch, see estimate.go
+	tierScratch sync.Pool // *tierScratch, see tiers.go
 
 	hookMu   sync.Mutex
 	onRemove []func(node string) // OnRemove

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"github.com/prefixmesh/prefixmesh/local"
 	"math"
 	"time"
 )
@@ -41,6 +42,10 @@ type NodeInfo struct {
 	// TTFT is what the router has learned of the node's time to first token (ttft.go); the
 	// Decider fills it from its own requests' first tokens, overwriting what the caller set.
 	TTFT TTFTFit
+	// TierLoad is what the router has learned of the node's load cost per lower tier, as
+	// PolicyConfig.TierLoadCost states it; 0 where nothing is learned (the configured prior
+	// applies). The Decider fills it.
+	TierLoad [local.NumTiers]float64
 }
 
 // Request is what a policy knows about the request being routed.
@@ -51,6 +56,10 @@ type Request struct {
 	Model        string
 	SessionKey   uint64 // 0 = none
 	BlockSize    int
+	// Tiers, when not nil, holds per candidate (aligned with the nodes given to Choose) the
+	// tokens its lower tiers add to its GPU match (TierTokens; the GPU entry is the match). The
+	// Decider fills it from the index; nil means no tier holds anything beyond the GPU.
+	Tiers []TierTokens
 	// Concurrency is how many decisions other routers are expected to take, unseen, in the
 	// same instant as this one (the Decider learns it: concurrency.go); 0 for one router and
 	// for smooth traffic. prefixmesh spreads the request over the nodes such a burst would fill
@@ -162,6 +171,19 @@ type PolicyConfig struct {
 	// DynamoOverlapWeight is Dynamo's kv-overlap-score-weight (default 1): the weight of prefill
 	// blocks against decode blocks in the cost.
 	DynamoOverlapWeight float64
+	// TierLoadCost is, per lower tier, the time to load one matched token from it as a fraction
+	// of the time to prefill it on the same node: the prior a router starts from until it has
+	// learned the node's own figure (TierLoad). A tier at 1 or more earns no credit (its
+	// tokens count as uncached, and the slower load on top). [local.TierGPU] is unused.
+	// Defaults, from published measurements: CPU 1/15 (vLLM's offloading connector on an
+	// H100: ≈2.6 µs to load a token of an 8B model against ≈40 µs to prefill it, TTFT 2–22×
+	// lower); disk and local storage 0.85 (SGLang HiCache's UCM file tier, 1,447 ms against
+	// 1,725 ms recomputing an 8K prompt); remote 1.4 (its plain file tier, 2,450 ms: slower
+	// than recomputing, so no credit until a node proves faster).
+	TierLoadCost [local.NumTiers]float64
+	// IgnoreTiers makes prefixmesh rank by the GPU prefix alone, as before tiers were known
+	// (the simulator's GPU-only baseline); the estimate still reports them.
+	IgnoreTiers bool
 }
 
 // DefaultPolicyConfig returns the defaults documented on each field.
@@ -176,6 +198,7 @@ func DefaultPolicyConfig() PolicyConfig {
 		SGLangBalanceRel:           1.5,
 		SGLangCacheThreshold:       0.3,
 		DynamoOverlapWeight:        1,
+		TierLoadCost:               [local.NumTiers]float64{local.TierCPU: 1.0 / 15, local.TierDisk: 0.85, local.TierStorage: 0.85, local.TierRemote: 1.4},
 	}
 }
 
@@ -198,6 +221,8 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("policy config: SGLangCacheThreshold %v must be in [0,1]: %w", c.SGLangCacheThreshold, ErrInvalid)
 	case !(c.DynamoOverlapWeight >= 0):
 		return fmt.Errorf("policy config: DynamoOverlapWeight %v must be >= 0: %w", c.DynamoOverlapWeight, ErrInvalid)
+	case !validTierCosts(c.TierLoadCost):
+		return fmt.Errorf("policy config: TierLoadCost %v: each must be a finite number >= 0: %w", c.TierLoadCost, ErrInvalid)
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func (p *prefixMesh) Choose(req *Request, nodes []NodeInfo, matchedTokens []int,
 			c.Score = math.Inf(1)
 			continue
 		}
-		c.Score = expectedTTFT(req, &nodes[i], matchedTokens[i], &p.cfg)
+		c.Score = expectedTTFT(req, &nodes[i], matchedTokens[i], p.tiersOf(req, i), &p.cfg)
 	}
 	if len(nodes) == 1 {
 		finish(d, 0, matchedTokens, ReasonOnlyCandidate)
@@ -156,9 +156,28 @@ func spreadKey(req *Request) uint64 {
 // expectedTTFT is the prefixmesh cost of sending req to n given matched tokens there, in seconds:
 // the node's predicted TTFT (PredictTTFT, by what the router learned of it) plus the miss
 // penalty's weight on the request's uncached tokens at the node's learned prefill rate.
-func expectedTTFT(req *Request, n *NodeInfo, matched int, cfg *PolicyConfig) float64 {
+//
+// Tokens on lower tiers (tiers, nil for none) that load faster than they prefill are not
+// uncached: they cost their load time instead. A tier at least as slow as recomputing earns
+// nothing — its tokens count as uncached, miss penalty included — and costs its excess load
+// time on top, since the engine loads what its connector holds whatever the router thinks: a
+// node with only such hits never beats an idle node without them.
+func expectedTTFT(req *Request, n *NodeInfo, matched int, tiers *TierTokens, cfg *PolicyConfig) float64 {
 	need := max(req.PromptTokens-matched, 0)
-	return PredictTTFT(n, need, cfg) + cfg.MissPenalty*n.TTFT.fleetScale()*float64(need)/nominalRate(n, cfg)
+	credited, load := tierCost(n, tiers, cfg)
+	need = max(need-credited, 0)
+	rate := nominalRate(n, cfg)
+	return PredictTTFT(n, need, cfg) + load*n.TTFT.PrefillScale()/rate +
+		cfg.MissPenalty*n.TTFT.fleetScale()*float64(need)/rate
+}
+
+// tiersOf is candidate i's lower-tier match, nil when the request carries none or the policy
+// ignores tiers.
+func (p *prefixMesh) tiersOf(req *Request, i int) *TierTokens {
+	if p.cfg.IgnoreTiers || i >= len(req.Tiers) {
+		return nil
+	}
+	return &req.Tiers[i]
 }
 
 // herdedCost is expectedTTFT after others more requests with req's uncached work on n were sent
@@ -170,7 +189,7 @@ func (p *prefixMesh) herdedCost(req *Request, n *NodeInfo, matched, others int) 
 	h.InFlight += others
 	h.InFlightTokens += others * req.PromptTokens
 	h.InFlightPrefillTokens += others * need
-	return expectedTTFT(req, &h, matched, &p.cfg)
+	return expectedTTFT(req, &h, matched, nil, &p.cfg)
 }
 
 // sameScore reports whether two finite costs are equal up to float rounding.
