@@ -10,9 +10,10 @@ import (
 type IndexConfig struct {
 	// MaxPairs bounds the number of (block hash, node) pairs the index holds, and with it the
 	// index's memory: at most MaxPairs distinct hashes, each one 16-byte table slot at a load
-	// factor between 7/10 and 7/8 (bitTable grows by a quarter), so ≤ 23 bytes per pair with no
-	// sharing at all and 15.6 measured at 64 nodes × 100k blocks with realistic sharing
-	// (BenchmarkIndexBytesPerPair; 13–17 over the growth cycle). When the
+	// factor between 7/9 and 7/8 (bitTable grows by an eighth), so ≤ 21 bytes per pair with no
+	// sharing at all and 14.1 measured at 64 nodes × 100k blocks with realistic sharing
+	// (BenchmarkIndexBytesPerPair; 16.4 per (key, node) with a CPU tier beside the GPU,
+	// BenchmarkIndexBytesPerPairTiers). A block on a lower tier is one more key (local.TierKey). When the
 	// index is full, further adds are refused and counted per node: that node's estimate then
 	// under-reports (a shorter chain), which only costs a missed routing opportunity, never a
 	// wrong "hit".
@@ -29,7 +30,7 @@ type IndexConfig struct {
 // DefaultMaxPairs is 64 nodes × 128Ki blocks: a node with 80 GB of KV memory at a 16-token block
 // and ~40 KB per block (a 70B-class model with GQA, fp16, tensor-parallel shards summed) holds
 // about 128k blocks, and 64 nodes is a large fleet for one model. In the worst case (no sharing
-// between nodes, ≤ 23 bytes per pair) the index then stays under 190 MiB, ~130 MiB typically.
+// between nodes, ≤ 21 bytes per pair) the index then stays under 170 MiB, ~115 MiB typically.
 const DefaultMaxPairs = 64 << 17
 
 // DefaultIndexConfig returns the configuration used when none is given.
