@@ -32,6 +32,25 @@ func AdapterSeed(adapterID uint64) uint64 {
 	return xxhash.Sum64(b[:])
 }
 
+// AdapterIDOf is the adapter id for a LoRA name, the id routers seed block hashes with: 0 for the
+// base model (""), the number itself for a decimal name (name the engine's LoRA modules by their
+// prefixmesh adapter id, e.g. vLLM `--lora-modules 7=/path`, and requests for model "<base>:7"
+// hash alike), else a stable 64-bit hash of the name with the top bit set.
+func AdapterIDOf(name string) uint64 {
+	if name == "" {
+		return 0
+	}
+	var v uint64
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c < '0' || c > '9' || v > (1<<64-1-9)/10 {
+			return xxhash.Sum64String(name) | 1<<63
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v
+}
+
 // maxStackChunk is the largest block (in tokens) hashed in one xxhash.Sum64 call over a stack
 // buffer; one-shot hashing is about a quarter faster than the streaming Digest, and 64 tokens
 // covers every block size engines use (16 and 32 are typical). Larger blocks stream.

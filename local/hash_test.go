@@ -118,3 +118,14 @@ func TestChainHashLargeBlocksStream(t *testing.T) {
 		}
 	}
 }
+
+// AdapterIDOf: the base model is 0, a decimal name is its number, any other name a hash with the
+// top bit set (so it never equals a decimal id below 2⁶³), distinct names distinct ids.
+func TestAdapterIDOf(t *testing.T) {
+	if AdapterIDOf("") != 0 || AdapterIDOf("7") != 7 || AdapterIDOf("ad") == AdapterIDOf("ae") || AdapterIDOf("ad")>>63 != 1 {
+		t.Fatal("AdapterIDOf")
+	}
+	if AdapterIDOf("18446744073709551616")>>63 != 1 { // 2⁶⁴ overflows: hashed, not wrapped
+		t.Fatal("AdapterIDOf overflow")
+	}
+}

@@ -4,8 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/prefixmesh/prefixmesh/local"
 )
 
@@ -245,7 +243,7 @@ func (m *CacheMirror) store(rank int, ev *Event) {
 		m.stats.WrongBlockSize++
 		match = false
 	}
-	adapter := AdapterID(ev.LoRAName)
+	adapter := local.AdapterIDOf(ev.LoRAName)
 	// The first block's parent is looked up (or made a placeholder) only when a new block links
 	// to it, so a re-store of known blocks leaves no childless placeholder behind.
 	parent, parentKey, lazy := rootNode, mkey{ev.Parent, src}, ev.HasParent
@@ -802,22 +800,3 @@ func (m *CacheMirror) clearLocked(rank int) {
 }
 
 var freeNode = mnode{parent: noNode, first: noNode, next: noNode, prev: noNode}
-
-// AdapterID is the adapter id for a LoRA name, the id routers seed block hashes with: 0 for the
-// base model (""), the number itself for a decimal name (name the engine's LoRA modules by their
-// prefixmesh adapter id, e.g. vLLM `--lora-modules 7=/path`, and requests for model "<base>:7"
-// hash alike), else a stable 64-bit hash of the name with the top bit set.
-func AdapterID(name string) uint64 {
-	if name == "" {
-		return 0
-	}
-	var v uint64
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c < '0' || c > '9' || v > (1<<64-1-9)/10 {
-			return xxhash.Sum64String(name) | 1<<63
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	return v
-}

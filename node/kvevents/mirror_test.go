@@ -172,7 +172,7 @@ func (r *refMirror) apply(rank int, ev *Event) {
 			k := mkey{h, src}
 			b := r.blocks[k]
 			if b == nil || b.tokens == nil && !b.match && b.gpu == 0 && b.other == 0 {
-				b = &refBlock{parent: parent, hasParent: has, adapter: AdapterID(ev.LoRAName)}
+				b = &refBlock{parent: parent, hasParent: has, adapter: local.AdapterIDOf(ev.LoRAName)}
 				b.match = aligned && !ev.Salted && (len(ev.Extra) == 0 || ev.Extra[i] != extraOther)
 				if aligned {
 					b.tokens = ev.Tokens[i*r.bs : (i+1)*r.bs : (i+1)*r.bs]
@@ -377,7 +377,7 @@ func TestMirrorModel(t *testing.T) {
 				}
 				// The canonical hash each new block has if its chain is matchable (the CPU tier
 				// keys' names); the root of an orphan is unknown, so it has none.
-				p, ok := local.AdapterSeed(AdapterID(base.lora)), true
+				p, ok := local.AdapterSeed(local.AdapterIDOf(base.lora)), true
 				if ev.HasParent {
 					p, ok = canonOf[ev.Parent]
 				}
@@ -522,11 +522,5 @@ func TestMirrorPeek(t *testing.T) {
 	}
 	if err := m.check(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestAdapterID(t *testing.T) {
-	if AdapterID("") != 0 || AdapterID("7") != 7 || AdapterID("ad") == AdapterID("ae") || AdapterID("ad")>>63 != 1 {
-		t.Fatal("AdapterID")
 	}
 }
