@@ -120,19 +120,24 @@ func BenchmarkIndexBytesPerPairTiers(b *testing.B) {
 	b.ReportMetric(float64(st.Pairs), "pairs")
 }
 
-// BenchmarkDirectoryLookup is what a directory query costs past parsing: hash an 8k-token prompt,
-// the GPU estimate over 64 nodes and the lower tiers' continuation. Compare with
+// BenchmarkDirectoryLookup is what a directory query (router/directory's Lookup) costs past
+// parsing: hash an 8k-token prompt, the GPU estimate over 64 nodes, the lower tiers' continuation
+// and each lower tier's own prefix. Compare with
 // BenchmarkHashPrompt (the hashing alone).
 func BenchmarkDirectoryLookup(b *testing.B) {
 	f := getTierFleet(b)
 	gpu := make([]int, len(f.ids))
 	lower := make([]TierTokens, len(f.ids))
+	alone := make([]int, len(f.ids))
 	hashes := make([]uint64, 0, len(f.hashes))
 	b.ReportAllocs()
 	for b.Loop() {
 		hashes = local.AppendBlockHashes(hashes[:0], f.prompt, benchBlockSize, 0)
 		f.x.Estimate(hashes, f.ids, gpu)
 		f.x.ContinueLower(hashes, f.ids, gpu, benchBlockSize, lower)
+		for t := local.TierGPU + 1; t < local.NumTiers; t++ { // each tier's own prefix, as the directory reports it
+			f.x.EstimateOnTier(hashes, t, f.ids, alone)
+		}
 	}
 	best, cpu := 0, 0
 	for i := range gpu {

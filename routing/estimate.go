@@ -1,6 +1,10 @@
 package routing
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/prefixmesh/prefixmesh/local"
+)
 
 func trailingZeros(x uint64) int { return bits.TrailingZeros64(x) }
 
@@ -56,6 +60,13 @@ func grow[T any](b []T, n int) []T {
 // A node holds h[i] only if it holds the whole chain h[0..i] (a summary contains only blocks
 // visible to a walk, whose ancestors are visible), so the leading run is what a peek returns.
 func (x *Index) Estimate(hashes []uint64, nodes []string, matchedBlocks []int) {
+	x.EstimateOnTier(hashes, local.TierGPU, nodes, matchedBlocks)
+}
+
+// EstimateOnTier is Estimate for the copies on one tier alone: the leading hashes each node holds
+// on tier t from the first block (its tier keys, local.TierKey), whatever it holds on other
+// tiers. For the GPU it is Estimate.
+func (x *Index) EstimateOnTier(hashes []uint64, t local.Tier, nodes []string, matchedBlocks []int) {
 	matchedBlocks = matchedBlocks[:len(nodes)]
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -76,7 +87,7 @@ func (x *Index) Estimate(hashes []uint64, nodes []string, matchedBlocks []int) {
 		alive[s>>6] |= 1 << (uint(s) & 63)
 		live = true
 	}
-	walkChain(hashes, x.words, alive, sc.drop, live)
+	walkChain(hashes, local.TierKey(0, t), x.words, alive, sc.drop, live)
 	for i, s := range sc.parked {
 		if s < 0 {
 			matchedBlocks[i] = 0
@@ -87,10 +98,11 @@ func (x *Index) Estimate(hashes []uint64, nodes []string, matchedBlocks []int) {
 }
 
 // walkChain shrinks the candidate set alive along hashes, recording in drop[slot] the index of the
-// first block a candidate lacks (len(hashes) for those that hold all of them).
-func walkChain(hashes []uint64, words []*bitTable, alive []uint64, drop []int32, live bool) {
+// first block a candidate lacks (len(hashes) for those that hold all of them). Each hash is looked
+// up XORed with salt: 0 for the GPU, a tier's constant for its tier keys (local.TierKey).
+func walkChain(hashes []uint64, salt uint64, words []*bitTable, alive []uint64, drop []int32, live bool) {
 	for b := 0; live && b < len(hashes); b++ {
-		h := hashes[b]
+		h := hashes[b] ^ salt
 		live = false
 		for g, a := range alive {
 			if a == 0 {
