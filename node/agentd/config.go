@@ -133,6 +133,12 @@ type Config struct {
 	// AddrFile, when set, receives the bound addresses once listening ("grpc=… http=…"), for
 	// scripts and tests that listen on port 0.
 	AddrFile string
+	// UnremovedTierTTL, with --engine=vllm|sglang, is how long the mirror believes a copy on a
+	// lower tier (CPU, disk, storage) that has not yet sent a removal on its rank:
+	// kvevents.DefaultUnremovedTierTTL, 10 minutes, since a tier that never removes (vLLM's
+	// LMCache connector forwards only BlockStored) would otherwise be believed forever; 0
+	// believes such copies until removed (CacheMirror.SetUnremovedTTL).
+	UnremovedTierTTL time.Duration
 	// StateDir, with --engine=vllm|sglang, is where the agent checkpoints its mirror of the
 	// engine's cache (every 5 s and at exit) and restores it from when it restarts; "" keeps
 	// no state.
@@ -177,6 +183,13 @@ type SimConfig struct {
 	// sequence of 1, "no parent" as 0), to test a mirroring agent against them.
 	KVEventsFirstSeq   uint64
 	KVEventsParentZero bool
+	// CPUBlocks is the simulated CPU KV tier's size in GPU-sized blocks: 0, off (see
+	// simengine.Config.CPUBlocks). CPULoadTokensPerSec is its load rate back into the GPU
+	// (150,000 tok/s, 15× the prefill default: simengine.Config.CPULoadTokensPerSec says why),
+	// CPUChunkBlocks the GPU blocks per CPU block (1, vLLM's default).
+	CPUBlocks           int
+	CPULoadTokensPerSec float64
+	CPUChunkBlocks      int
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -206,7 +219,10 @@ func DefaultConfig() Config {
 			KVEventsLayout:      "map",
 			KVEventsHashes:      "int",
 			KVEventsReplayTopic: true,
+			CPULoadTokensPerSec: simengine.DefaultConfig().CPULoadTokensPerSec,
+			CPUChunkBlocks:      simengine.DefaultConfig().CPUChunkBlocks,
 		},
+		UnremovedTierTTL:    kvevents.DefaultUnremovedTierTTL,
 		KVEvents:            "tcp://127.0.0.1:5557",
 		DPSize:              1,
 		SGLangBootstrapPort: defaultSGLangBootstrapPort,
@@ -288,6 +304,14 @@ func (c Config) Validate() error {
 			return bad("--sim-kv-events-hashes %q: must be int or bytes", c.Sim.KVEventsHashes)
 		case c.Sim.KVEventsReplay != "" && c.Sim.KVEvents == "":
 			return bad("--sim-kv-events-replay: needs --sim-kv-events")
+		case c.Sim.CPUBlocks < 0 || c.Sim.CPUBlocks > simengine.MaxCPUBlocks:
+			return bad("--sim-cpu-blocks %d: must be in [0, %d] (0: no CPU tier)", c.Sim.CPUBlocks, simengine.MaxCPUBlocks)
+		case c.Sim.CPUChunkBlocks <= 0:
+			return bad("--sim-cpu-chunk-blocks %d: must be positive (GPU blocks per CPU block)", c.Sim.CPUChunkBlocks)
+		case c.Sim.CPUBlocks%c.Sim.CPUChunkBlocks != 0:
+			return bad("--sim-cpu-blocks %d: must be a multiple of --sim-cpu-chunk-blocks %d (the CPU tier holds whole chunks)", c.Sim.CPUBlocks, c.Sim.CPUChunkBlocks)
+		case !(c.Sim.CPULoadTokensPerSec > 0):
+			return bad("--sim-cpu-load-tokens-per-s %v: must be positive", c.Sim.CPULoadTokensPerSec)
 		}
 		sc := simengine.DefaultConfig()
 		sc.Tokenizer = c.Sim.Tokenizer
@@ -305,6 +329,9 @@ func (c Config) Validate() error {
 			return bad("--engine-url %q: --engine=%s needs an http(s)://host[:port] URL", c.EngineURL, c.Engine)
 		}
 		if mirrored(c.Engine) {
+			if c.UnremovedTierTTL < 0 {
+				return bad("--unremoved-tier-ttl %v: must not be negative (0 believes lower-tier copies until removed)", c.UnremovedTierTTL)
+			}
 			if err := c.kvEventsConfig().Validate(); err != nil {
 				return bad("%v", err)
 			}
@@ -405,6 +432,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.PinsAddr, "pins-addr", cfg.PinsAddr, "router gRPC `host:port` to follow the pin table from (default: routers found in gossip)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to let in-flight calls finish before closing them")
+	fs.DurationVar(&cfg.UnremovedTierTTL, "unremoved-tier-ttl", cfg.UnremovedTierTTL, "with --engine=vllm|sglang: how long to believe a copy on a lower tier (CPU, disk) that has not yet sent a removal (0: until removed)")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "with --engine=vllm|sglang: checkpoint the mirror of the engine's cache in this `directory` and restore it after a restart")
 	fs.DurationVar(&cfg.DrainNotice, "drain-notice", cfg.DrainNotice, "on SIGTERM, how long to announce draining (routers send nothing new) before leaving gossip; at most half of --drain-timeout")
 	fs.StringVar(&cfg.AddrFile, "addr-file", cfg.AddrFile, "write the bound addresses (\"grpc=… http=…\") to this `file` once listening")
@@ -422,6 +450,9 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.Sim.KVEventsReplayTopic, "sim-kv-events-replay-topic", cfg.Sim.KVEventsReplayTopic, "simulated engine: replay replies carry the topic frame (vLLM >= 0.26)")
 	fs.Uint64Var(&cfg.Sim.KVEventsFirstSeq, "sim-kv-events-first-seq", cfg.Sim.KVEventsFirstSeq, "simulated engine: the first KV-event sequence `number` (vLLM: 0; some emulators: 1)")
 	fs.BoolVar(&cfg.Sim.KVEventsParentZero, "sim-kv-events-parent-zero", cfg.Sim.KVEventsParentZero, "simulated engine: spell a first block's missing parent as 0 instead of nil")
+	fs.IntVar(&cfg.Sim.CPUBlocks, "sim-cpu-blocks", cfg.Sim.CPUBlocks, "simulated engine: CPU KV tier size in GPU-sized `blocks`, filled by GPU evictions (0: no CPU tier)")
+	fs.Float64Var(&cfg.Sim.CPULoadTokensPerSec, "sim-cpu-load-tokens-per-s", cfg.Sim.CPULoadTokensPerSec, "simulated engine: rate in `tokens/s` at which CPU-tier hits are loaded back into the GPU")
+	fs.IntVar(&cfg.Sim.CPUChunkBlocks, "sim-cpu-chunk-blocks", cfg.Sim.CPUChunkBlocks, "simulated engine: GPU `blocks` per CPU block (vLLM's offloaded block_size / block_size)")
 	cfg.Gossip.Register(fs)
 	return fs
 }
@@ -462,7 +493,7 @@ func refuseIgnored(fs *flag.FlagSet, engine string) error {
 		return fmt.Errorf("%w: %s", errConfig, fmt.Sprintf(format, args...))
 	}
 	if !mirrored(engine) {
-		for _, f := range []string{"kv-events", "kv-events-listen", "kv-events-replay", "kv-events-topic", "dp-size", "state-dir"} {
+		for _, f := range []string{"kv-events", "kv-events-listen", "kv-events-replay", "kv-events-topic", "dp-size", "state-dir", "unremoved-tier-ttl"} {
 			if flagSet(fs, f) {
 				return bad("--%s: only --engine=vllm|sglang mirrors an engine's KV events; --engine=%s would ignore it (the simulated engine publishes with --sim-kv-events*)", f, engine)
 			}
@@ -489,6 +520,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 func (c Config) kvEventsConfig() kvevents.Config {
 	k := kvevents.DefaultConfig()
 	k.Endpoint, k.Replay, k.Topic, k.DPSize = c.KVEvents, c.KVEventsReplay, c.KVEventsTopic, c.DPSize
+	k.UnremovedTierTTL = c.UnremovedTierTTL
 	if c.KVEventsListen != "" {
 		k.Endpoint, k.Listen = c.KVEventsListen, true
 	}

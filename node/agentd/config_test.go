@@ -6,11 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
+	"github.com/prefixmesh/prefixmesh/node/kvevents"
+	"github.com/prefixmesh/prefixmesh/node/simengine"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -47,6 +50,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseConfig([]string{"--grpc-listen=0.0.0.0:9", "--insecure-grpc", "--tls-no-client-auth", "--http-listen=:8", "--insecure-http", "--node-id=n7", "--block-size=32",
 		"--kv-blocks=100", "--model=m", "--log-level=debug", "--drain-timeout=3s", "--sim-prefill-tokens-per-s=5",
 		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes",
+		"--sim-cpu-blocks=96", "--sim-cpu-load-tokens-per-s=2e5", "--sim-cpu-chunk-blocks=16",
 		"--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=9001"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +61,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	want.Model, want.LogLevel, want.DrainTimeout = "m", "debug", 3*time.Second
 	want.Sim.PrefillTokensPerSec, want.Sim.DecodeTokensPerSec, want.Sim.MaxConcurrent, want.Sim.MaxQueue = 5, 6, 7, 0
 	want.Sim.Tokenizer = "bytes"
+	want.Sim.CPUBlocks, want.Sim.CPULoadTokensPerSec, want.Sim.CPUChunkBlocks = 96, 2e5, 16
 	want.Role, want.KVConnector, want.SGLangBootstrapPort = "prefill", "sglang", 9001
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
@@ -77,9 +82,31 @@ func TestEngineFlagsMapToConfig(t *testing.T) {
 		cfg.Sim.KVEvents != "tcp://127.0.0.1:1" || cfg.Sim.KVEventsLayout != "array" || cfg.Sim.KVEventsHashes != "bytes" {
 		t.Fatalf("parsed %+v → %+v", cfg, k)
 	}
+	if k.UnremovedTierTTL != kvevents.DefaultUnremovedTierTTL {
+		t.Fatalf("unremoved-tier TTL %v, want the mirror's default %v", k.UnremovedTierTTL, kvevents.DefaultUnremovedTierTTL)
+	}
 	cfg, err = parseConfig([]string{"--engine=sglang", "--engine-url=http://e:30000", "--model=m"}, &bytes.Buffer{})
 	if err != nil || cfg.Model != "m" || cfg.kvEventsConfig().Endpoint != "tcp://127.0.0.1:5557" {
 		t.Fatalf("sglang: %+v %v", cfg, err)
+	}
+	// --unremoved-tier-ttl reaches the mirror the follower fills (CacheMirror.SetUnremovedTTL):
+	// a CPU copy from a tier that never removed ages out after it, or never with 0.
+	for flag, aged := range map[string]int{"--unremoved-tier-ttl=90s": 1, "--unremoved-tier-ttl=0": 0} {
+		cfg, err = parseConfig([]string{"--engine=vllm", "--engine-url=http://e:8000", flag}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%s: %v", flag, err)
+		}
+		mir := kvevents.NewCacheMirror(4)
+		now := time.Unix(1000, 0)
+		mir.SetClock(func() time.Time { return now })
+		if _, err := kvevents.NewFollower(cfg.kvEventsConfig(), mir, nil, nil); err != nil {
+			t.Fatalf("%s: follower: %v", flag, err)
+		}
+		mir.Apply(0, &kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierCPU, Hashes: []uint64{7}, Tokens: []uint32{1, 2, 3, 4}, BlockSize: 4})
+		now = now.Add(91 * time.Second)
+		if got := mir.Expire(); got != aged {
+			t.Errorf("%s: %d copies aged out after 91 s, want %d", flag, got, aged)
+		}
 	}
 }
 
@@ -93,6 +120,7 @@ func TestRefuseIgnoredFlags(t *testing.T) {
 		{[]string{"--kv-events-replay=tcp://127.0.0.1:5657"}, "--kv-events-replay: only --engine=vllm|sglang"},
 		{[]string{"--engine=external", "--engine-url=http://e:1", "--dp-size=2"}, "--dp-size: only --engine=vllm|sglang"},
 		{[]string{"--state-dir=/tmp/x"}, "--state-dir: only --engine=vllm|sglang"},
+		{[]string{"--unremoved-tier-ttl=1m"}, "--unremoved-tier-ttl: only --engine=vllm|sglang"},
 		{[]string{"--engine=vllm", "--engine-url=http://e:1", "--kv-blocks=10"}, "--kv-blocks: the simulated engine's pool size"},
 		{[]string{"--engine=sglang", "--engine-url=http://e:1", "--kv-events=tcp://127.0.0.1:5557", "--kv-events-listen=tcp://127.0.0.1:5557"},
 			"--kv-events and --kv-events-listen: give one"},
@@ -189,6 +217,12 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--sim-decode-tokens-per-s=-1"}, "--sim-decode-tokens-per-s"},
 		{[]string{"--sim-max-concurrent=0"}, "--sim-max-concurrent"},
 		{[]string{"--sim-max-queue=-1"}, "--sim-max-queue"},
+		{[]string{"--sim-cpu-blocks=-1"}, "--sim-cpu-blocks -1: must be in [0,"},
+		{[]string{"--sim-cpu-blocks=" + strconv.Itoa(simengine.MaxCPUBlocks+1)}, "--sim-cpu-blocks"},
+		{[]string{"--sim-cpu-chunk-blocks=0"}, "--sim-cpu-chunk-blocks 0: must be positive"},
+		{[]string{"--sim-cpu-blocks=100", "--sim-cpu-chunk-blocks=16"}, "--sim-cpu-blocks 100: must be a multiple of --sim-cpu-chunk-blocks 16"},
+		{[]string{"--sim-cpu-blocks=64", "--sim-cpu-load-tokens-per-s=0"}, "--sim-cpu-load-tokens-per-s 0: must be positive"},
+		{[]string{"--engine=vllm", "--engine-url=http://e", "--unremoved-tier-ttl=-1s"}, "--unremoved-tier-ttl -1s: must not be negative"},
 		{[]string{"--role=encode"}, "--role"},
 		{[]string{"--role="}, "--role"},
 		{[]string{"--kv-connector=mooncake"}, "--kv-connector"},

@@ -44,6 +44,7 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 		sc.MaxConcurrent = cfg.Sim.MaxConcurrent
 		sc.MaxQueue = cfg.Sim.MaxQueue
 		sc.Tokenizer = cfg.Sim.Tokenizer
+		sc.CPUBlocks, sc.CPUChunkBlocks, sc.CPULoadTokensPerSec = cfg.Sim.CPUBlocks, cfg.Sim.CPUChunkBlocks, cfg.Sim.CPULoadTokensPerSec
 		sc.KVEvents.Endpoint = cfg.Sim.KVEvents
 		sc.KVEvents.Replay = cfg.Sim.KVEventsReplay
 		sc.KVEvents.Topic = cfg.Sim.KVEventsTopic

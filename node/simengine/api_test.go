@@ -167,6 +167,11 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
 	}
+	ok := DefaultConfig()
+	ok.CPUBlocks, ok.CPUChunkBlocks = MaxCPUBlocks, 16
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("the largest CPU tier: %v", err)
+	}
 	for _, mut := range []func(*Config){
 		func(c *Config) { c.BlockSize = 0 },
 		func(c *Config) { c.KVBlocks = 0 },
@@ -177,6 +182,11 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.MaxQueue = -1 },
 		func(c *Config) { c.Tokenizer = "nope" },
 		func(c *Config) { c.MaxBodyBytes = 0 },
+		func(c *Config) { c.CPUBlocks = -1 },
+		func(c *Config) { c.CPUBlocks = MaxCPUBlocks + 1 },
+		func(c *Config) { c.CPUChunkBlocks = 0 },
+		func(c *Config) { c.CPUBlocks, c.CPUChunkBlocks = 10, 4 },
+		func(c *Config) { c.CPULoadTokensPerSec = 0 },
 	} {
 		c := DefaultConfig()
 		mut(&c)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local/kvpool"
@@ -40,6 +41,24 @@ type Config struct {
 	// so whatever a router forwards the engine accepts; it holds a 128k-token prompt as a JSON id
 	// array (~7 bytes per id) twice over and keeps one request from exhausting memory.
 	MaxBodyBytes int64
+	// CPUBlocks is the CPU KV tier's capacity in GPU-sized blocks: 0, off, as vLLM runs without
+	// its OffloadingConnector. When set, every full chunk the GPU pool evicts spills into it
+	// (cputier.go), LRU makes room, and a request's GPU prefix is continued by the blocks the
+	// tier holds, loaded back at CPULoadTokensPerSec instead of prefilled. It must be a multiple
+	// of CPUChunkBlocks and at most MaxCPUBlocks.
+	CPUBlocks int
+	// CPUChunkBlocks is how many GPU blocks make one CPU block (vLLM's offloaded block_size over
+	// the GPU block_size): 1, vLLM's default (vllm/v1/kv_offload/spec.py: OffloadingSpec reads
+	// kv_connector_extra_config["block_size"], defaulting to the GPU block size). A chunk is
+	// offloaded, loaded and evicted whole, and its event names all its blocks.
+	CPUChunkBlocks int
+	// CPULoadTokensPerSec is the rate at which CPU-held tokens are loaded back into the GPU:
+	// 150,000 tok/s, 15× the prefill default. vLLM's KV-offloading blog
+	// (https://vllm.ai/blog/2026-01-08-kv-offloading-connector) measures ~50 GB/s one-way
+	// GPU↔CPU DMA on an H100 and ~2 MB per 16-token block of Llama-3.1-8B (≈128 KiB a token):
+	// ≈2.6 µs to load a token, against ≈40 µs to prefill one (2·8e9 FLOP at ~400 TFLOP/s), about
+	// 15×, within the 2–22× TTFT gain the blog reports for CPU hits.
+	CPULoadTokensPerSec float64
 	// KVEvents, when KVEvents.Endpoint is set, publishes the engine's cache changes as vLLM KV
 	// events (ZMQ PUB, msgpack; node/kvevents), so a node agent in --engine vllm mode mirrors this
 	// engine exactly as it mirrors vLLM. Off by default: the built-in agent reads the tree directly.
@@ -58,9 +77,16 @@ func DefaultConfig() Config {
 		MaxQueue:            256,
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxBodyBytes:        8 << 20,
+		CPUChunkBlocks:      1,
+		CPULoadTokensPerSec: 150000,
 		KVEvents:            kvevents.PublisherConfig{BufferSteps: 10000, QueueLen: 100000},
 	}
 }
+
+// MaxCPUBlocks bounds CPUBlocks: 4M blocks, 64M tokens at 16 per block, ~8 TiB of an 8B
+// model's KV (≈128 KiB a token), more host memory than any server has; the tier preallocates
+// its token ids (4 bytes a token, 256 MiB at this bound) and index, so a typo cannot ask for more.
+const MaxCPUBlocks = 1 << 22
 
 // ErrConfig is wrapped by every Validate error.
 var ErrConfig = errors.New("invalid simengine config")
@@ -87,6 +113,14 @@ func (c Config) Validate() error {
 		return bad("MaxQueue %d must not be negative", c.MaxQueue)
 	case c.MaxBodyBytes <= 0:
 		return bad("MaxBodyBytes %d must be positive", c.MaxBodyBytes)
+	case c.CPUBlocks < 0 || c.CPUBlocks > MaxCPUBlocks:
+		return bad("CPUBlocks %d outside 0..%d", c.CPUBlocks, MaxCPUBlocks)
+	case c.CPUChunkBlocks <= 0:
+		return bad("CPUChunkBlocks %d must be positive", c.CPUChunkBlocks)
+	case c.CPUBlocks%c.CPUChunkBlocks != 0:
+		return bad("CPUBlocks %d must be a multiple of CPUChunkBlocks %d (the tier holds whole chunks)", c.CPUBlocks, c.CPUChunkBlocks)
+	case !(c.CPULoadTokensPerSec > 0):
+		return bad("CPULoadTokensPerSec %v must be positive", c.CPULoadTokensPerSec)
 	}
 	if strings.HasPrefix(c.Tokenizer, tokenizer.RenderPrefix) {
 		return bad("Tokenizer %q: the engine tokenizes itself (cl100k_base, bytes or %sDIR)", c.Tokenizer, tokenizer.HFPrefix)
@@ -98,6 +132,16 @@ func (c Config) Validate() error {
 		return bad("Tokenizer: %v", err)
 	}
 	return nil
+}
+
+// loadTime is the simulated time to load tokens from the CPU tier into the GPU, charged on the
+// prefill lane like kvpool.Costs' prefill (a first-order cost: vLLM overlaps the DMA with other
+// requests' compute, which this, like the prefill model, ignores).
+func (c Config) loadTime(tokens int) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	return time.Duration(float64(tokens) / c.CPULoadTokensPerSec * float64(time.Second))
 }
 
 func (c Config) costs() kvpool.Costs {

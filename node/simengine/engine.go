@@ -14,6 +14,15 @@
 // adapter_id (decimal, 0 = base), the adapter id the cache's block hashes are seeded with.
 // Responses report the reused tokens as usage.prompt_tokens_details.cached_tokens and in the
 // X-Prefixmesh-Cached-Tokens header, which is how the router measures its estimates.
+//
+// With Config.CPUBlocks set the engine also has a CPU KV tier, as vLLM with its
+// OffloadingConnector: the chunks the GPU pool evicts spill into it (spill.go, cputier.go), and
+// at admission the run of blocks it holds right after the GPU prefix is loaded back into the
+// GPU (the sequence's fresh blocks, inserted with the rest of the prompt after prefill) at
+// CPULoadTokensPerSec, on the prefill lane, before the uncached remainder is prefilled. The
+// reported cached_tokens counts the GPU prefix plus the loaded tokens, as vLLM's scheduler sets
+// request.num_cached_tokens to the local plus the connector's external computed tokens
+// (vllm/v1/core/sched/scheduler.py, schedule()).
 package simengine
 
 import (
@@ -65,6 +74,8 @@ type Engine struct {
 
 	mu             sync.Mutex // guards everything below
 	pool           *kvpool.Pool
+	cpu            *cpuTier    // the CPU tier; nil unless Config.CPUBlocks is set
+	spill          *spillCache // the pool's cache when cpu is set
 	running        int
 	queue          []*waiter // FIFO of requests waiting for a slot and blocks
 	prefilling     *ticket   // the request on the prefill lane; nil when the lane is idle
@@ -93,6 +104,7 @@ type ticket struct {
 	tokens       []uint32
 	adapter      uint64
 	cached       int // reported cached_tokens: local.EngineCachedTokens of the reused prefix
+	loaded       int // of cached, the tokens loaded from the CPU tier
 	uncached     int // prompt tokens prefilled: the rest, the recomputed last block included
 	prefillStart time.Time
 	prefillEnd   time.Time
@@ -116,7 +128,17 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 	if err != nil {
 		return nil, fmt.Errorf("simengine: %w", err)
 	}
-	pool, err := kvpool.New(cache, cfg.KVBlocks, cfg.BlockSize)
+	var (
+		pc    local.PrefixCache = cache
+		cpu   *cpuTier
+		spill *spillCache
+	)
+	if cfg.CPUBlocks > 0 {
+		cpu = newCPUTier(cfg.CPUBlocks, cfg.CPUChunkBlocks, cfg.BlockSize)
+		spill = newSpillCache(cache, cpu, cfg.KVBlocks, cfg.BlockSize)
+		pc = spill
+	}
+	pool, err := kvpool.New(pc, cfg.KVBlocks, cfg.BlockSize)
 	if err != nil {
 		return nil, fmt.Errorf("simengine: %w", err)
 	}
@@ -130,6 +152,8 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 		created:  time.Now().Unix(),
 		idPrefix: rand.Uint64(),
 		pool:     pool,
+		cpu:      cpu,
+		spill:    spill,
 	}
 	if e.met, err = newMetrics(e, reg); err != nil {
 		return nil, fmt.Errorf("simengine: register metrics: %w", err)
@@ -152,11 +176,15 @@ func (e *Engine) Start(ctx context.Context) error {
 			return fmt.Errorf("simengine: %w", err)
 		}
 		e.events = ev
+		if e.cpu != nil {
+			e.cpu.record = true
+		}
 	}
 	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
 	e.log.Info("simulated engine started", "model", e.cfg.Model, "kv_blocks", e.cfg.KVBlocks,
-		"block_size", e.cfg.BlockSize, "tokenizer", e.cfg.Tokenizer, "kv_events", e.KVEventsAddr())
+		"block_size", e.cfg.BlockSize, "cpu_blocks", e.cfg.CPUBlocks, "cpu_chunk_blocks", e.cfg.CPUChunkBlocks,
+		"tokenizer", e.cfg.Tokenizer, "kv_events", e.KVEventsAddr())
 	return nil
 }
 
@@ -260,7 +288,11 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 		return nil, errQueueFull
 	}
 	w := &waiter{tokens: tokens, adapter: adapter, out: out, ready: make(chan struct{})}
-	w.est = len(tokens) - e.cache.PeekMatchedTokens(tokens, e.cfg.BlockSize, adapter)
+	gpu, cpu := e.peekTiersLocked(tokens, adapter)
+	if e.cpu != nil {
+		cpu = e.cpu.loadable(cpu)
+	}
+	w.est = len(tokens) - gpu - cpu
 	e.pendingPrefill += w.est
 	e.queue = append(e.queue, w)
 	e.mu.Unlock()
@@ -300,16 +332,59 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 		return nil, err
 	}
 	e.running++
-	cached := local.EngineCachedTokens(seq.MatchedTokens(), len(tokens), e.cfg.BlockSize)
-	tk := &ticket{seq: seq, tokens: tokens, adapter: adapter, cached: cached, uncached: len(tokens) - cached}
+	bs := e.cfg.BlockSize
+	cached := local.EngineCachedTokens(seq.MatchedTokens(), len(tokens), bs)
+	loaded := 0
+	if e.cpu != nil {
+		// vLLM asks its connector for the tokens beyond the local hit
+		// (get_num_new_matched_tokens(request, num_new_local_computed_tokens)) and counts both.
+		cont := e.cpu.loadable(e.cpu.continuation(tokens, adapter, seq.MatchedTokens(), true))
+		withCPU := local.EngineCachedTokens(seq.MatchedTokens()+cont, len(tokens), bs)
+		loaded, cached = withCPU-cached, withCPU
+	}
+	tk := &ticket{seq: seq, tokens: tokens, adapter: adapter, cached: cached, loaded: loaded, uncached: len(tokens) - cached}
+	load, prefill := e.cfg.loadTime(loaded), e.costs.PrefillTime(tk.uncached)
 	tk.prefillStart = time.Now()
-	tk.prefillEnd = tk.prefillStart.Add(e.costs.PrefillTime(tk.uncached))
+	tk.prefillEnd = tk.prefillStart.Add(load + prefill)
 	e.prefilling = tk
 	e.pendingPrefill += tk.uncached
 	e.met.promptTokens.Add(float64(len(tokens)))
 	e.met.cachedTokens.Add(float64(cached))
+	e.met.cpuLoadedTokens.Add(float64(loaded))
 	e.met.prefillTokens.Add(float64(tk.uncached))
+	e.met.loadSeconds.Add(load.Seconds())
+	e.met.prefillSeconds.Add(prefill.Seconds())
 	return tk, nil
+}
+
+// peekTiersLocked is what a lookup of the prompt would find now, without taking anything: the
+// tokens of the GPU prefix, and how far the CPU tier continues it block by block (0 without
+// one). These are the two numbers a mirror of the engine's events answers with
+// (kvevents.CacheMirror.PeekMatchedTokensByTier). e.mu is held.
+func (e *Engine) peekTiersLocked(tokens []uint32, adapter uint64) (gpu, cpu int) {
+	gpu = e.cache.PeekMatchedTokens(tokens, e.cfg.BlockSize, adapter)
+	if e.cpu != nil {
+		cpu = e.cpu.continuation(tokens, adapter, gpu, false)
+	}
+	return gpu, cpu
+}
+
+// TierStats are the CPU tier's level and counters.
+type TierStats struct {
+	CPUBlocks   int    // GPU-sized blocks the CPU tier holds
+	Stored      uint64 // chunks spilled into it
+	Evicted     uint64 // chunks it evicted (LRU)
+	Unspillable uint64 // chunks whose blocks no longer held their chain (0 while the pool is the tree's only writer)
+}
+
+// TierStats returns the CPU tier's counters (zero without one).
+func (e *Engine) TierStats() TierStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cpu == nil {
+		return TierStats{}
+	}
+	return TierStats{CPUBlocks: e.cpu.blocks(), Stored: e.cpu.stored, Evicted: e.cpu.evicted, Unspillable: e.spill.broken}
 }
 
 // dispatchLocked admits queued requests in order while the prefill lane is idle and slots and

@@ -18,6 +18,16 @@ import (
 // was evicted is a BlockRemoved (one per block, as vLLM's evictions). The published hashes are
 // the canonical hashes mixed with a per-engine secret, so they are opaque to the subscriber (as
 // vLLM's sha256 hashes are) and a mirror that confused them with canonical hashes would fail.
+//
+// The CPU tier's changes (cputier.go) go first in the same batch, in the order they happened, as
+// vLLM ≥ 0.24 writes them with self_describing_kv_events
+// (vllm/distributed/kv_transfer/kv_connector/v1/offloading/events.py): a stored chunk is one
+// BlockStored with medium "CPU" naming the chunk's constituent per-block hashes, the whole
+// chunk's token ids, the GPU block size, the hash of the block before the chunk as parent (none
+// for a chain's first chunk) and the LoRA name; an evicted chunk is one BlockRemoved with
+// medium "CPU" naming the same hashes. They precede the GPU's removals because a chunk spills
+// while its blocks, and the block its parent hash names, are still on the GPU (vLLM stores a
+// chunk while the request runs, long before the GPU evicts it), so a mirror can always place it.
 type eventPublisher struct {
 	pub    *kvevents.Publisher
 	tree   *local.RadixTree
@@ -28,6 +38,7 @@ type eventPublisher struct {
 	hashes []uint64
 	evs    []local.SummaryEvent
 	out    []kvevents.Event
+	cpuHs  []uint64 // the CPU ops' published hashes, which their events' Hashes slice
 	lost   uint64
 }
 
@@ -55,9 +66,16 @@ func (e *Engine) publishLocked(tokens []uint32, adapter uint64) {
 		p.lost++
 		p.log.Error("kv events: summary journal overran; publishing AllBlocksCleared", "lost", p.lost)
 		p.pub.Publish(float64(time.Now().UnixNano())/1e9, []kvevents.Event{{Kind: kvevents.KindCleared}})
+		if e.cpu != nil { // the CPU tier's held chunks are lost to the mirror too until re-stored
+			e.cpu.resetOps()
+		}
 		return
 	}
+	p.out = p.appendCPU(p.out[:0], e.cpu)
 	if len(p.evs) == 0 {
+		if len(p.out) > 0 {
+			p.pub.Publish(float64(time.Now().UnixNano())/1e9, p.out)
+		}
 		return
 	}
 	bs := p.bs
@@ -66,7 +84,6 @@ func (e *Engine) publishLocked(tokens []uint32, adapter uint64) {
 	} else {
 		p.hashes = p.hashes[:0]
 	}
-	p.out = p.out[:0]
 	j := 0        // position in the prompt's hashes: inserts add blocks in prompt order
 	runFirst := 0 // the first block of the last BlockStored's run
 	for _, ev := range p.evs {
@@ -83,7 +100,7 @@ func (e *Engine) publishLocked(tokens []uint32, adapter uint64) {
 			p.log.Error("kv events: a block became visible outside an insert", "hash", ev.Hash)
 			continue
 		}
-		if n := len(p.out); n > 0 && p.out[n-1].Kind == kvevents.KindStored && k == j && k > 0 &&
+		if n := len(p.out); n > 0 && p.out[n-1].Kind == kvevents.KindStored && p.out[n-1].Tier == kvevents.TierGPU && k == j && k > 0 &&
 			p.out[n-1].Hashes[len(p.out[n-1].Hashes)-1] == p.engineHash(p.hashes[k-1]) {
 			last := &p.out[n-1] // extends the previous event's run
 			last.Hashes = append(last.Hashes, p.engineHash(ev.Hash))
@@ -100,6 +117,34 @@ func (e *Engine) publishLocked(tokens []uint32, adapter uint64) {
 		j = k + 1
 	}
 	p.pub.Publish(float64(time.Now().UnixNano())/1e9, p.out)
+}
+
+// appendCPU appends the CPU tier's recorded changes as vLLM's self-describing offload events
+// and forgets them. The events' hashes live in p.cpuHs, filled before any event slices it; their
+// tokens alias the tier's op buffer, which nothing appends to before this publish has encoded
+// them (both under the engine's mutex).
+func (p *eventPublisher) appendCPU(out []kvevents.Event, t *cpuTier) []kvevents.Event {
+	if t == nil || len(t.ops) == 0 {
+		return out
+	}
+	p.cpuHs = p.cpuHs[:0]
+	for _, h := range t.opHashes {
+		p.cpuHs = append(p.cpuHs, p.engineHash(h))
+	}
+	for _, op := range t.ops {
+		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierCPU, Hashes: p.cpuHs[op.h0:op.h1]}
+		if op.removed {
+			ev.Kind = kvevents.KindRemoved
+		} else {
+			ev.Tokens, ev.BlockSize, ev.LoRAName = t.opTokens[op.t0:op.t1], p.bs, loraName(op.adapter)
+			if op.hasParent {
+				ev.Parent, ev.HasParent = p.engineHash(op.parent), true
+			}
+		}
+		out = append(out, ev)
+	}
+	t.resetOps()
+	return out
 }
 
 // loraName is the name the published events give an adapter: its decimal id, which

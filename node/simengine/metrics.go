@@ -12,6 +12,11 @@ type metrics struct {
 	prefillTokens prometheus.Counter
 	outputTokens  prometheus.Counter
 	ttft          prometheus.Histogram
+	// The CPU tier's share of cachedTokens, and the simulated time charged to the prefill lane
+	// for loading it and for prefilling the rest.
+	cpuLoadedTokens prometheus.Counter
+	loadSeconds     prometheus.Counter
+	prefillSeconds  prometheus.Counter
 }
 
 func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
@@ -27,6 +32,12 @@ func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
 			Name: "prefill_tokens_total", Help: "Uncached prompt tokens charged to the prefill lane."}),
 		outputTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "output_tokens_total", Help: "Tokens generated."}),
+		cpuLoadedTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cpu_loaded_tokens_total", Help: "Cached prompt tokens loaded from the CPU tier rather than found on the GPU (part of cached_tokens_total)."}),
+		loadSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cpu_load_seconds_total", Help: "Simulated time charged for loading KV from the CPU tier."}),
+		prefillSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "prefill_seconds_total", Help: "Simulated time charged for prefilling uncached prompt tokens."}),
 		// 1 ms to ~33 s: a fully cached prompt's TTFT is sub-millisecond plus queueing; a cold
 		// 128k-token prompt at 10k tok/s takes ~13 s.
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
@@ -42,12 +53,19 @@ func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.promptTokens, m.cachedTokens, m.prefillTokens, m.outputTokens, m.ttft,
+		m.cpuLoadedTokens, m.loadSeconds, m.prefillSeconds,
 		gauge("queue_depth", "Requests waiting for a slot or for KV blocks.", func(l Load) int { return l.Waiting }),
 		gauge("running", "Sequences admitted and not finished.", func(l Load) int { return l.Running }),
 		gauge("free_blocks", "KV blocks with no reference.", func(l Load) int { return l.FreeBlocks }),
 		gauge("queued_prefill_tokens", "Uncached prompt tokens not yet prefilled.", func(l Load) int { return l.QueuedPrefillTokens }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "evicted_blocks_total",
 			Help: "Cached KV blocks evicted to make room."}, func() float64 { return float64(e.PoolStats().Evicted) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "cpu_blocks",
+			Help: "GPU-sized KV blocks the CPU tier holds."}, func() float64 { return float64(e.TierStats().CPUBlocks) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "cpu_stored_chunks_total",
+			Help: "Chunks the GPU evicted that spilled into the CPU tier."}, func() float64 { return float64(e.TierStats().Stored) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "cpu_evicted_chunks_total",
+			Help: "Chunks the CPU tier evicted (LRU) to make room."}, func() float64 { return float64(e.TierStats().Evicted) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "kv_events_dropped_total",
 			Help: "KV event batches not sent live because the publisher's queue was full (kept for replay)."},
 			func() float64 { return float64(e.kvEventsDropped()) }),
