@@ -1,15 +1,24 @@
 package directory
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/prefixmesh/prefixmesh/internal/testenv"
 	"github.com/prefixmesh/prefixmesh/local"
+	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -185,5 +194,49 @@ func TestHTTPBadQueries(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET /query: %d", resp.StatusCode)
+	}
+}
+
+// The gRPC codec answers as the lookup does, over a real gRPC connection on loopback, and refuses
+// bad queries with InvalidArgument naming the field.
+func TestGRPCQuery(t *testing.T) {
+	d, tokens := fixture(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterDirectoryServer(srv, NewGRPC(d))
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewDirectoryClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Query(ctx, &pb.DirectoryQueryRequest{Model: "m", Tokens: tokens, BlockSize: 4, InstanceId: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Matches) != 1 {
+		t.Fatalf("%v", resp)
+	}
+	m := resp.Matches[0]
+	if m.Node != "b" || m.LongestMatched != 24 || m.Gpu != 4 || m.Cpu != 24 || m.Disk != 8 || m.Storage != 0 || m.Remote != 0 {
+		t.Fatalf("b: %v, want longest 24, GPU 4, CPU 24, disk 8", m)
+	}
+	for _, bad := range []*pb.DirectoryQueryRequest{
+		{Tokens: tokens, BlockSize: 4},
+		{Model: "m", Tokens: tokens},
+		{Model: "m", BlockSize: 4},
+		{Model: "m", BlockSize: 4, Tokens: tokens, BlockHashes: []uint64{1}},
+	} {
+		_, err := c.Query(ctx, bad)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%v: %v, want InvalidArgument", bad, err)
+		}
 	}
 }
