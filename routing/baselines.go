@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/local"
 )
 
 // The baseline policies (POLICIES.md), kept beside the default so the trace simulator compares like
@@ -185,11 +187,31 @@ func (p *sglangGate) Choose(req *Request, nodes []NodeInfo, matchedTokens []int,
 // dynamoCost restates NVIDIA Dynamo's KV router cost (Dynamo docs, "Router Design" / "KV Cache
 // Routing": cost = kv_overlap_score_weight × potential prefill blocks + potential active blocks,
 // lowest wins; temperature 0, i.e. deterministic). Potential prefill blocks are the request's
-// blocks not already cached on the node; potential active (decode) blocks are the blocks of the
+// blocks less the node's overlap credit; potential active (decode) blocks are the blocks of the
 // router's own in-flight requests to the node (NodeInfo.InFlightTokens / block size, what Dynamo's
-// router tracks; load × request blocks when not tracked) plus the request's new blocks. Node-
-// reported free blocks are not used: a warm cache is full of evictable blocks, so capacity − free
-// measures cache occupancy, not decode load. Ties go by rendezvous instead of Dynamo's random choice, so replicas agree.
+// router tracks; load × request blocks when not tracked) plus the request's new blocks, those
+// not already in the node's GPU cache. Node-reported free blocks are not used: a warm cache is
+// full of evictable blocks, so capacity − free measures cache occupancy, not decode load. Ties go
+// by rendezvous instead of Dynamo's random choice, so replicas agree.
+//
+// The overlap credit is Dynamo's tier-aware one (ai-dynamo/dynamo
+// lib/kv-router/src/scheduling/selector.rs @01690d4, DefaultWorkerSelector::worker_logit):
+// device blocks × 1 + host blocks × DynamoHostCacheHitWeight + disk blocks ×
+// DynamoDiskCacheHitWeight + shared-pool blocks × DynamoSharedCacheMultiplier, and the prefill
+// blocks are max(request blocks − credit, 0). The lower-tier blocks are those continuing the GPU
+// prefix (Request.Tiers), as Dynamo's lower-tier matches extend the device match
+// (lib/kv-router/src/scheduling/overlap.rs @13a4eea: host and disk "extension" blocks). Local
+// storage counts as disk: Dynamo indexes vLLM's STORAGE medium as its Disk tier (Dynamo docs
+// v1.6, "Native KV Offloading") and weighs its External tier as disk too (overlap.rs,
+// cache_hit_weight_for_tier). Remote blocks, held in a pool off the node, take the multiplier
+// Dynamo gives its shared pool (SGLang HiCache's L3 store). A lower-tier block is still a new
+// active block: loading it takes a GPU block as recomputing it would, and in Dynamo the tiers
+// enter only the prefill credit. With Request.Tiers nil the credit is the GPU match alone, the
+// cost as before tiers.
+//
+// Not restated: the newer selector's raw prefill also counts the node's active prefill tokens,
+// and its device credit decays with the node's excess prefill load; this restatement keeps the
+// documented cost above and changes only the credit.
 type dynamoCost struct {
 	cfg PolicyConfig
 }
@@ -215,13 +237,27 @@ func (p *dynamoCost) Choose(req *Request, nodes []NodeInfo, matchedTokens []int,
 			bs = 1
 		}
 		reqBlocks := float64((req.PromptTokens + bs - 1) / bs)
-		prefill := math.Max(reqBlocks-float64(matchedTokens[i]/bs), 0)
+		device := float64(matchedTokens[i] / bs)
+		prefill := math.Max(reqBlocks-device-p.lowerCredit(req, i, bs), 0)
+		fresh := math.Max(reqBlocks-device, 0) // the request's new GPU blocks
 		active := float64((n.InFlightTokens + bs - 1) / bs)
 		if n.InFlightTokens == 0 {
 			active = c.Load * reqBlocks // not tracked: assume in-flight requests like this one
 		}
-		c.Score = p.cfg.DynamoOverlapWeight*prefill + active + prefill
+		c.Score = p.cfg.DynamoOverlapWeight*prefill + active + fresh
 	}
 	finish(d, minScore(requestKey(req), nodes, d.Candidates), matchedTokens, ReasonDynamoCost)
 	return nil
+}
+
+// lowerCredit is Dynamo's overlap credit, in blocks of bs tokens, for candidate i's lower-tier
+// run; 0 when the request carries no tiers.
+func (p *dynamoCost) lowerCredit(req *Request, i, bs int) float64 {
+	if i >= len(req.Tiers) {
+		return 0
+	}
+	t := &req.Tiers[i]
+	return p.cfg.DynamoHostCacheHitWeight*float64(t[local.TierCPU]/bs) +
+		p.cfg.DynamoDiskCacheHitWeight*float64(t[local.TierDisk]/bs+t[local.TierStorage]/bs) +
+		p.cfg.DynamoSharedCacheMultiplier*float64(t[local.TierRemote]/bs)
 }

@@ -108,6 +108,7 @@ const (
 	ReasonSGLangBalance = "sglang-imbalanced"
 	ReasonSGLangLowHit  = "sglang-low-match"
 	ReasonDynamoCost    = "dynamo-cost"
+	ReasonLLMD          = "llm-d-score"
 	ReasonOnlyCandidate = "only-candidate"
 )
 
@@ -120,12 +121,13 @@ const (
 	PolicyLongestPrefix = "longest-prefix"
 	PolicySGLangGate    = "sglang-gate"
 	PolicyDynamoCost    = "dynamo-cost"
+	PolicyLLMD          = "llm-d"
 )
 
 // PolicyNames returns the names NewPolicy accepts; the first is the default.
 func PolicyNames() []string {
 	return []string{PolicyPrefixMesh, PolicyRoundRobin, PolicyLeastLoaded, PolicyCHWBL,
-		PolicyLongestPrefix, PolicySGLangGate, PolicyDynamoCost}
+		PolicyLongestPrefix, PolicySGLangGate, PolicyDynamoCost, PolicyLLMD}
 }
 
 // PolicyConfig holds every policy tunable. Fields a policy does not use are ignored by it.
@@ -171,6 +173,30 @@ type PolicyConfig struct {
 	// DynamoOverlapWeight is Dynamo's kv-overlap-score-weight (default 1): the weight of prefill
 	// blocks against decode blocks in the cost.
 	DynamoOverlapWeight float64
+	// DynamoHostCacheHitWeight, DynamoDiskCacheHitWeight and DynamoSharedCacheMultiplier are
+	// what Dynamo's KV router credits a matched block on a lower tier, as a fraction of a GPU
+	// block: host_cache_hit_weight 0.75 and disk_cache_hit_weight 0.25, each validated to [0, 1]
+	// (ai-dynamo/dynamo lib/kv-router/src/scheduling/config.rs @0243c51), and
+	// --shared-cache-multiplier 0.5, the frontend's value for a shared pool
+	// (docs/components/router/router-offloading.md; the library default is 0, with no shared
+	// cache). dynamo-cost credits CPU blocks with the host weight, disk and local storage
+	// blocks with the disk weight (Dynamo indexes vLLM's STORAGE medium as its Disk tier) and
+	// remote blocks with the shared multiplier.
+	DynamoHostCacheHitWeight    float64
+	DynamoDiskCacheHitWeight    float64
+	DynamoSharedCacheMultiplier float64
+	// LLMDTierWeights is what llm-d's precise prefix-cache scorer counts a matched block held on
+	// each tier: gpu 1.0 and cpu 0.8 (llm-d/llm-d-kv-cache pkg/kvcache/backend.go,
+	// DefaultKVCacheBackendConfig), and 1.0 for a medium the configuration does not list
+	// (pkg/kvcache/kvblock_scorer.go, getMaxWeight), which by default is disk, storage and
+	// remote.
+	LLMDTierWeights [local.NumTiers]float64
+	// LLMDPrefixWeight, LLMDKVCacheWeight and LLMDQueueWeight weigh the three scorers of llm-d's
+	// default scheduling profile for precise prefix-cache routing: precise-prefix-cache-scorer
+	// 2, kv-cache-utilization-scorer 1, queue-scorer 1 (llm-d/llm-d-inference-scheduler
+	// deploy/config/epp-precise-prefix-cache-config.yaml @95f76e6; llm-d/llm-d
+	// guides/precise-prefix-cache-aware uses the same).
+	LLMDPrefixWeight, LLMDKVCacheWeight, LLMDQueueWeight float64
 	// TierLoadCost is, per lower tier, the time to load one matched token from it as a fraction
 	// of the time to prefill it on the same node: the prior a router starts from until it has
 	// learned the node's own figure (TierLoad). A tier at 1 or more earns no credit (its
@@ -189,16 +215,23 @@ type PolicyConfig struct {
 // DefaultPolicyConfig returns the defaults documented on each field.
 func DefaultPolicyConfig() PolicyConfig {
 	return PolicyConfig{
-		LoadFactor:                 1.25,
-		MinLoadBound:               8,
-		MissPenalty:                10,
-		LoadAgeHalfLife:            time.Second,
-		DefaultPrefillTokensPerSec: 10000,
-		SGLangBalanceAbs:           64,
-		SGLangBalanceRel:           1.5,
-		SGLangCacheThreshold:       0.3,
-		DynamoOverlapWeight:        1,
-		TierLoadCost:               [local.NumTiers]float64{local.TierCPU: 1.0 / 15, local.TierDisk: 0.85, local.TierStorage: 0.85, local.TierRemote: 1.4},
+		LoadFactor:                  1.25,
+		MinLoadBound:                8,
+		MissPenalty:                 10,
+		LoadAgeHalfLife:             time.Second,
+		DefaultPrefillTokensPerSec:  10000,
+		SGLangBalanceAbs:            64,
+		SGLangBalanceRel:            1.5,
+		SGLangCacheThreshold:        0.3,
+		DynamoOverlapWeight:         1,
+		DynamoHostCacheHitWeight:    0.75,
+		DynamoDiskCacheHitWeight:    0.25,
+		DynamoSharedCacheMultiplier: 0.5,
+		LLMDTierWeights:             [local.NumTiers]float64{local.TierGPU: 1, local.TierCPU: 0.8, local.TierDisk: 1, local.TierStorage: 1, local.TierRemote: 1},
+		LLMDPrefixWeight:            2,
+		LLMDKVCacheWeight:           1,
+		LLMDQueueWeight:             1,
+		TierLoadCost:                [local.NumTiers]float64{local.TierCPU: 1.0 / 15, local.TierDisk: 0.85, local.TierStorage: 0.85, local.TierRemote: 1.4},
 	}
 }
 
@@ -221,6 +254,12 @@ func (c PolicyConfig) Validate() error {
 		return fmt.Errorf("policy config: SGLangCacheThreshold %v must be in [0,1]: %w", c.SGLangCacheThreshold, ErrInvalid)
 	case !(c.DynamoOverlapWeight >= 0):
 		return fmt.Errorf("policy config: DynamoOverlapWeight %v must be >= 0: %w", c.DynamoOverlapWeight, ErrInvalid)
+	case !inUnit(c.DynamoHostCacheHitWeight) || !inUnit(c.DynamoDiskCacheHitWeight) || !inUnit(c.DynamoSharedCacheMultiplier):
+		return fmt.Errorf("policy config: Dynamo tier weights (%v, %v, %v) must be in [0,1]: %w",
+			c.DynamoHostCacheHitWeight, c.DynamoDiskCacheHitWeight, c.DynamoSharedCacheMultiplier, ErrInvalid)
+	case !validWeights(c.LLMDTierWeights[:]...) || !validWeights(c.LLMDPrefixWeight, c.LLMDKVCacheWeight, c.LLMDQueueWeight):
+		return fmt.Errorf("policy config: llm-d weights %v, (%v, %v, %v): each must be a finite number >= 0: %w",
+			c.LLMDTierWeights, c.LLMDPrefixWeight, c.LLMDKVCacheWeight, c.LLMDQueueWeight, ErrInvalid)
 	case !validTierCosts(c.TierLoadCost):
 		return fmt.Errorf("policy config: TierLoadCost %v: each must be a finite number >= 0: %w", c.TierLoadCost, ErrInvalid)
 	}
@@ -247,6 +286,8 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 		return &sglangGate{cfg: cfg}, nil
 	case PolicyDynamoCost:
 		return &dynamoCost{cfg: cfg}, nil
+	case PolicyLLMD:
+		return &llmdScore{cfg: cfg}, nil
 	}
 	return nil, fmt.Errorf("new policy %q: %w", name, ErrUnknownPolicy)
 }

@@ -38,7 +38,7 @@ func chainOf(base uint64, n int) []uint64 {
 }
 
 func TestPolicyNames(t *testing.T) {
-	want := []string{"prefixmesh", "round-robin", "least-loaded", "chwbl", "longest-prefix", "sglang-gate", "dynamo-cost"}
+	want := []string{"prefixmesh", "round-robin", "least-loaded", "chwbl", "longest-prefix", "sglang-gate", "dynamo-cost", "llm-d"}
 	if !slices.Equal(PolicyNames(), want) {
 		t.Fatalf("PolicyNames %v", PolicyNames())
 	}
