@@ -13,8 +13,12 @@
 // expected time to first token, with uncached work weighted for the queueing and cache pollution it
 // causes — among the nodes under a bounded-load guard (consistent hashing with bounded loads,
 // Mirrokni, Thorup and Zadimoghaddam, 2016), breaking ties by a rendezvous hash of the first block
-// so replicas with the same view agree. Baselines (round-robin, least-loaded, CHWBL,
-// longest-prefix, an SGLang-style gate, a Dynamo-style cost) sit beside it for routing/sim; see
+// so replicas with the same view agree. A node's blocks on lower tiers (CPU, disk, a shared store)
+// are in the index under their tier keys; they continue its GPU prefix and are credited by their
+// load time, learned per node and tier (tiers.go). Where disaggregated serving runs, PlanPrefill
+// decides whether a request's prefill runs on a prefill node and its KV moves (disagg.go).
+// Baselines (round-robin, least-loaded, CHWBL, longest-prefix, an SGLang-style gate, Dynamo's
+// cost and llm-d's scorer, both with their tier weights) sit beside it for routing/sim; see
 // POLICIES.md. A Decider is the router's one decision path over index, overlay and policy — the
 // gRPC Route, the HTTP front door and the simulator all decide through it — and holds the router's
 // in-flight counts, plus what other routers report of theirs (decider_peers.go): their decisions
