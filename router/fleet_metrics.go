@@ -18,7 +18,7 @@ type FleetSource struct {
 	Mirror NodeStatusSource
 	// Blocks answers the blocks the index holds for a node: *routing.Index.NodeState.
 	Blocks func(node string) (epoch, seq uint64, blocks int, ok bool)
-	// Ejected reports the front door's passive-health ejections (nil: none).
+	// Ejected reports passive health's ejections (requests.Health; nil: none).
 	Ejected func(node string) bool
 	// Decider gives this router's own requests in flight and the decision totals.
 	Decider *routing.Decider

@@ -11,22 +11,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/prefixmesh/prefixmesh/router/flow"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // admitFlow asks flow control to let a Route through, its class and tenant read from the call's
-// metadata under the front door's header names (lower case, as gRPC carries them). A request
+// metadata as every door reads them from its headers (requests.FlowRequest; lower case, as gRPC
+// carries them). A request
 // it does not admit is answered as gRPC clients expect: ResourceExhausted when shed, with the
 // reason in the message and retry-after and x-prefixmesh-dropped-reason trailers; Unavailable
 // when no node serves the model (the decision's own answer when it has no candidate).
 func (s *Server) admitFlow(ctx context.Context, model string) (func(), error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	r := flow.Request{Model: model, Priority: first(md, flow.HeaderPriority)}
-	for _, k := range flow.TenantHeaders {
-		if r.Tenant = first(md, k); r.Tenant != "" {
-			break
-		}
-	}
-	release, err := s.flow.Admit(ctx, r)
+	release, err := s.flow.Admit(ctx, requests.FlowRequest(model, func(k string) string { return first(md, k) }))
 	if err == nil {
 		return release, nil
 	}

@@ -3,11 +3,12 @@ package router
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/prefixmesh/prefixmesh/local"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -15,7 +16,7 @@ import (
 // overlay, in-flight counts and policy instance), its gRPC Route and its front-door picker.
 type replica struct {
 	route  pb.RouterClient
-	picker *frontdoor.PolicyPicker
+	picker *requests.PolicyPicker
 }
 
 func newReplica(t *testing.T, mirror fakeMirror, idx *routing.Index) replica {
@@ -34,7 +35,7 @@ func newReplica(t *testing.T, mirror fakeMirror, idx *routing.Index) replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk, err := frontdoor.NewDeciderPicker(frontdoor.MirrorNodes{M: mirror}, d, frontdoor.PolicyPickerConfig{})
+	pk, err := requests.NewDeciderPicker(requests.MirrorNodes{M: mirror}, d, requests.PolicyPickerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func newReplica(t *testing.T, mirror fakeMirror, idx *routing.Index) replica {
 
 // Two replicas with the same view agree on every session, whichever door each request takes:
 // the session key is routing.SessionKey on both paths (no per-process seed), and gRPC Route and
-// the front door's picker decide through the same Decider code.
+// the request service's picker decide through the same Decider code.
 func TestReplicasAgreeOnSessionsOverBothPaths(t *testing.T) {
 	idx := routing.NewIndex(routing.DefaultIndexConfig())
 	var mirror fakeMirror
@@ -66,7 +67,7 @@ func TestReplicasAgreeOnSessionsOverBothPaths(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := &frontdoor.PickRequest{Tokens: toks, SessionKey: frontdoorSessionKey(session)}
+		req := &requests.PickRequest{Tokens: toks, SessionKey: headerSessionKey(t, session)}
 		pa, err := a.picker.Pick(ctx, req, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -75,8 +76,8 @@ func TestReplicasAgreeOnSessionsOverBothPaths(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pa.Done(frontdoor.Outcome{Status: 200})
-		pb2.Done(frontdoor.Outcome{Status: 200})
+		pa.Done(requests.Outcome{Status: 200})
+		pb2.Done(requests.Outcome{Status: 200})
 		if ra.NodeId != rb.NodeId || ra.NodeId != pa.NodeID || pa.NodeID != pb2.NodeID {
 			t.Fatalf("session %q: gRPC %s / %s, HTTP %s / %s", session, ra.NodeId, rb.NodeId, pa.NodeID, pb2.NodeID)
 		}
@@ -90,9 +91,18 @@ func TestReplicasAgreeOnSessionsOverBothPaths(t *testing.T) {
 	}
 }
 
-// frontdoorSessionKey is the key the front door derives from an X-Session-ID header (its
-// sessionKey is unexported; it is routing.SessionKey of the first non-empty name).
-func frontdoorSessionKey(name string) uint64 { return routing.SessionKey(name) }
+// headerSessionKey is the key the request service derives from an X-Session-ID header
+// (requests.ParseGen), as the front door and the endpoint picker read it.
+func headerSessionKey(t *testing.T, name string) uint64 {
+	t.Helper()
+	h := http.Header{}
+	h.Set(requests.HeaderSessionID, name)
+	g, err := requests.ParseGen([]byte(`{"prompt":"x"}`), false, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Session
+}
 
 // A Route decision and a front-door decision on the same replica are the same code: a prefix
 // routed through gRPC is expected on its node by the next front-door request (the overlay is
@@ -112,11 +122,11 @@ func TestRouteAndFrontDoorShareState(t *testing.T) {
 		t.Fatal(err)
 	}
 	longer := append(append([]uint32(nil), toks...), seq(64, 90000)...)
-	pk, err := r.picker.Pick(context.Background(), &frontdoor.PickRequest{Tokens: longer}, nil)
+	pk, err := r.picker.Pick(context.Background(), &requests.PickRequest{Tokens: longer}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pk.Done(frontdoor.Outcome{Status: 200})
+	defer pk.Done(requests.Outcome{Status: 200})
 	if pk.NodeID != resp.NodeId || pk.EstimatedMatchedTokens != 256 {
 		t.Fatalf("front door chose %s with %d matched; Route had sent the prefix to %s", pk.NodeID, pk.EstimatedMatchedTokens, resp.NodeId)
 	}
@@ -144,11 +154,11 @@ func TestDryRunRouteRecordsNothing(t *testing.T) {
 		}
 	}
 	longer := append(append([]uint32(nil), toks...), seq(64, 90000)...)
-	pk, err := r.picker.Pick(context.Background(), &frontdoor.PickRequest{Tokens: longer}, nil)
+	pk, err := r.picker.Pick(context.Background(), &requests.PickRequest{Tokens: longer}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pk.Done(frontdoor.Outcome{Status: 200})
+	defer pk.Done(requests.Outcome{Status: 200})
 	if pk.EstimatedMatchedTokens != 0 {
 		t.Fatalf("front door expects %d tokens on %s after dry runs only", pk.EstimatedMatchedTokens, pk.NodeID)
 	}
@@ -188,7 +198,7 @@ func TestRouteAndFrontDoorShareEligibility(t *testing.T) {
 		t.Fatal(err)
 	}
 	route := startServer(t, srv)
-	pk, err := frontdoor.NewDeciderPicker(frontdoor.MirrorNodes{M: mirror}, d, frontdoor.PolicyPickerConfig{Ejector: eject})
+	pk, err := requests.NewDeciderPicker(requests.MirrorNodes{M: mirror}, d, requests.PolicyPickerConfig{Ejector: eject})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +208,11 @@ func TestRouteAndFrontDoorShareEligibility(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := pk.Pick(ctx, &frontdoor.PickRequest{Tokens: toks}, nil)
+		p, err := pk.Pick(ctx, &requests.PickRequest{Tokens: toks}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Done(frontdoor.Outcome{Status: 200})
+		p.Done(requests.Outcome{Status: 200})
 		for _, id := range []string{r.NodeId, p.NodeID} {
 			if id == "hot" || id == "drain" {
 				t.Fatalf("gRPC chose %s, the front door %s: an ejected or draining node", r.NodeId, p.NodeID)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/local"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -85,7 +85,7 @@ type recordingPicker struct {
 	done          int // Done calls
 }
 
-func (r *recordingPicker) Pick(_ context.Context, req *frontdoor.PickRequest, exclude []string) (frontdoor.Pick, error) {
+func (r *recordingPicker) Pick(_ context.Context, req *requests.PickRequest, exclude []string) (requests.Pick, error) {
 	r.exclude, r.allowed = append([]string(nil), exclude...), req.Allowed
 	cands := r.answers
 	if cands == nil {
@@ -93,18 +93,18 @@ func (r *recordingPicker) Pick(_ context.Context, req *frontdoor.PickRequest, ex
 	}
 	for _, a := range cands {
 		if !slices.Contains(exclude, a) && (r.ignoreAllowed || req.Allowed == nil || req.Allowed.Has(a)) {
-			return frontdoor.Pick{NodeID: a, Done: func(frontdoor.Outcome) { r.done++ }}, nil
+			return requests.Pick{NodeID: a, Done: func(requests.Outcome) { r.done++ }}, nil
 		}
 	}
-	return frontdoor.Pick{}, frontdoor.ErrNoNodes
+	return requests.Pick{}, requests.ErrNoNodes
 }
 
 func (r *recordingPicker) Models() []string { return []string{"m"} }
 
 type fixedNodes []string
 
-func (f fixedNodes) Nodes() []frontdoor.NodeTarget {
-	out := make([]frontdoor.NodeTarget, len(f))
+func (f fixedNodes) Nodes() []requests.NodeTarget {
+	out := make([]requests.NodeTarget, len(f))
 	for i, id := range f {
 		out[i].Info = routing.NodeInfo{ID: id, Alive: true}
 	}
@@ -117,27 +117,27 @@ func TestPinnedPicker(t *testing.T) {
 	ctx := context.Background()
 	// The pins reach the picker as its allowed set, not as exclusions; the caller's
 	// exclusions pass through as they were.
-	if pk, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7}, []string{"d"}); err != nil || pk.NodeID != "b" {
+	if pk, err := p.Pick(ctx, &requests.PickRequest{AdapterID: 7}, []string{"d"}); err != nil || pk.NodeID != "b" {
 		t.Fatalf("adapter 7: %q %v, want b", pk.NodeID, err)
 	}
 	if !slices.Equal(inner.exclude, []string{"d"}) || inner.allowed == nil || inner.allowed.Len() != 2 || !inner.allowed.Has("b") || !inner.allowed.Has("d") {
 		t.Fatalf("adapter 7: excluded %v, allowed %v; want d excluded and {b, d} allowed", inner.exclude, inner.allowed)
 	}
 	// A set the request already had (a gateway's subset hint) is intersected with the pins.
-	if pk, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7, Allowed: routing.NewNodeSet("a", "d")}, nil); err != nil || pk.NodeID != "d" ||
+	if pk, err := p.Pick(ctx, &requests.PickRequest{AdapterID: 7, Allowed: routing.NewNodeSet("a", "d")}, nil); err != nil || pk.NodeID != "d" ||
 		inner.allowed.Len() != 1 || !inner.allowed.Has("d") {
 		t.Fatalf("adapter 7 within {a, d}: %q %v, allowed %v; want d alone", pk.NodeID, err, inner.allowed)
 	}
-	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 1}, []string{"d"}); err != nil || !slices.Equal(inner.exclude, []string{"d"}) || inner.allowed != nil {
+	if _, err := p.Pick(ctx, &requests.PickRequest{AdapterID: 1}, []string{"d"}); err != nil || !slices.Equal(inner.exclude, []string{"d"}) || inner.allowed != nil {
 		t.Fatalf("unpinned adapter excluded %v, allowed %v (%v), want just the caller's exclusion", inner.exclude, inner.allowed, err)
 	}
-	if _, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 8}, nil); !errors.Is(err, frontdoor.ErrNoNodes) {
+	if _, err := p.Pick(ctx, &requests.PickRequest{AdapterID: 8}, nil); !errors.Is(err, requests.ErrNoNodes) {
 		t.Fatalf("adapter pinned to no known node: %v, want ErrNoNodes", err)
 	}
 	// A picker that ignores the allowed set and chooses outside the pins has its pick given
 	// back, and the request is re-picked without that node.
 	inner.answers, inner.ignoreAllowed = []string{"new", "d"}, true
-	pick, err := p.Pick(ctx, &frontdoor.PickRequest{AdapterID: 7}, nil)
+	pick, err := p.Pick(ctx, &requests.PickRequest{AdapterID: 7}, nil)
 	if err != nil || pick.NodeID != "d" || inner.done != 1 {
 		t.Fatalf("after a pick outside the pins: %q, %v, %d picks given back; want d, 1", pick.NodeID, err, inner.done)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -35,8 +36,8 @@ func TestRoutePromptTokenCap(t *testing.T) {
 		"text": {Text: strings.Repeat("a", 2<<20)},
 	} {
 		_, err := srv.Route(context.Background(), req)
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), strconv.Itoa(MaxPromptTokens)) {
-			t.Fatalf("%s over the cap: %v, want InvalidArgument naming %d", name, err, MaxPromptTokens)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), strconv.Itoa(requests.MaxPromptTokens)) {
+			t.Fatalf("%s over the cap: %v, want InvalidArgument naming %d", name, err, requests.MaxPromptTokens)
 		}
 	}
 	if _, err := srv.Route(context.Background(), &pb.RouteRequest{Text: strings.Repeat("a", 1000)}); err != nil {

@@ -19,16 +19,13 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router/flow"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// MaxPromptTokens bounds a routed prompt: the one prompt token cap of every door
-// (internal/openai.MaxPromptTokens, where it is explained).
-const MaxPromptTokens = openai.MaxPromptTokens
-
-// MaxTextBytes bounds a text prompt before tokenising (about 4 bytes per token).
-const MaxTextBytes = 4 * MaxPromptTokens
+// MaxTextBytes bounds a text prompt before tokenising: about 4 bytes per token of the one prompt
+// token cap of every door (requests.MaxPromptTokens).
+const MaxTextBytes = 4 * requests.MaxPromptTokens
 
 // Config configures a Server.
 type Config struct {
@@ -43,11 +40,11 @@ type Config struct {
 	// step 5); nil
 	// means no adapter is pinned.
 	Pins PinTable
-	// Ejector, when set, keeps out of the candidates the nodes the front door's passive health
-	// has ejected (frontdoor.Health), so both doors choose among the same nodes.
-	Ejector interface{ Ejected(nodeID string) bool }
-	// Decider is the decision path shared with the HTTP front door and the sharer, so that both
-	// decide with the same code and state (Policy and PolicyConfig are then the decider's); nil
+	// Ejector, when set, keeps out of the candidates the nodes passive health has ejected
+	// (requests.Health, the request service's), so every door chooses among the same nodes.
+	Ejector requests.Ejector
+	// Decider is the decision path shared with the request service's picker and the sharer, so
+	// that every door decides with the same code and state (Policy and PolicyConfig are then the decider's); nil
 	// builds one over the view's index with an overlay of its own.
 	Decider *routing.Decider
 	// Flow, when set, is flow control (router/flow), shared with the other doors: each Route
@@ -155,7 +152,7 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 		return nil, status.Errorf(codes.InvalidArgument, "route: text: %d bytes (max %d)", len(req.GetText()), MaxTextBytes)
 	}
 	if s.flow != nil && !req.GetDryRun() {
-		// Flow control at the front door's point: the request is valid, not yet tokenised. The
+		// Flow control at every door's point: the request is valid, not yet tokenised. The
 		// router never sees the request itself, so it is released with the decision. A dry run
 		// is a probe and is never queued.
 		release, err := s.admitFlow(ctx, req.GetModel())
@@ -195,10 +192,11 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 	dr := routing.DecideRequest{Tokens: tokens, AdapterID: req.GetAdapterId(), Model: req.GetModel(),
 		SessionKey: routing.SessionKey(req.GetSessionId())}
 	if !req.GetDryRun() {
-		// A burst's decisions take turns as the front door's do (routing.Decider.AdmissionWait);
-		// the view is read again after the wait, so the decision sees what arrived meanwhile.
+		// A burst's decisions take turns as the request service's do
+		// (routing.Decider.AdmissionWait); the view is read again after the wait, so the
+		// decision sees what arrived meanwhile.
 		if w := s.dec.AdmissionWait(&dr, sc.nodes, now, &sc.choice); w > 0 {
-			frontdoor.WaitAdmission(ctx, w)
+			requests.WaitAdmission(ctx, w)
 			now = time.Now()
 			if err := s.candidates(sc, req); err != nil {
 				return nil, err
@@ -234,7 +232,7 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 	}
 	if decide != nil && decide.IsRecording() {
 		spans.Decision(decide, chosen.NodeID, s.dec.Policy().Name(), c.Reason, c.MatchedTokens,
-			frontdoor.ExpectedTTFT(&sc.nodes[c.Node], len(tokens)-c.MatchedTokens), len(tokens))
+			requests.ExpectedTTFT(&sc.nodes[c.Node], len(tokens)-c.MatchedTokens), len(tokens))
 		decide.SetAttributes(spans.AttrDryRun.Bool(req.GetDryRun()))
 	}
 	for _, cd := range c.Candidates {
@@ -258,7 +256,7 @@ func (s *Server) candidates(sc *scratch, req *pb.RouteRequest) error {
 	s.view.Nodes(&sc.snap)
 	sn := &sc.snap
 	allowed, pinned := allowedFilter(s.pins, req.GetAdapterId())
-	// The same eligibility as the front door's picker (routing.Eligibility): pins, ejections,
+	// The same eligibility as the request service's picker (routing.Eligibility): pins, ejections,
 	// draining, model; the decider applies the in-flight cap and gives a cold node no affinity.
 	el := routing.Eligibility{Model: req.GetModel(), Ejected: s.ejected}
 	if allowed != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -118,7 +119,7 @@ func TestRouteLongestPrefix(t *testing.T) {
 		t.Fatalf("text: %v %+v", err, resp)
 	}
 
-	for _, bad := range []*pb.RouteRequest{{}, {Tokens: p, Text: "x"}, {Tokens: make([]uint32, MaxPromptTokens+1)}} {
+	for _, bad := range []*pb.RouteRequest{{}, {Tokens: p, Text: "x"}, {Tokens: make([]uint32, requests.MaxPromptTokens+1)}} {
 		if _, err := c.Route(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("bad request: %v", err)
 		}

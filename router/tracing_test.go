@@ -35,6 +35,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/router/extproc"
 	"github.com/prefixmesh/prefixmesh/router/extproc/fakegw"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -151,16 +152,22 @@ func newTracedFleet(t *testing.T) *tracedFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := frontdoor.MirrorNodes{M: mirror}
+	nodes := requests.MirrorNodes{M: mirror}
 
-	// The HTTP front door.
-	pk, err := frontdoor.NewDeciderPicker(nodes, d, frontdoor.PolicyPickerConfig{})
+	// The request service, and the HTTP front door over it.
+	pk, err := requests.NewDeciderPicker(nodes, d, requests.PolicyPickerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := requests.DefaultConfig()
+	scfg.TracerProvider = tp
+	svc, err := requests.New(scfg, requests.Deps{Picker: pk, Nodes: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fcfg := frontdoor.DefaultConfig()
 	fcfg.TracerProvider = tp
-	fd, err := frontdoor.New(fcfg, frontdoor.Deps{Picker: pk, Nodes: nodes})
+	fd, err := frontdoor.New(fcfg, frontdoor.Deps{Service: svc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +184,10 @@ func newTracedFleet(t *testing.T) *tracedFleet {
 	}
 	f.route = startServer(t, rs)
 
-	// The ext_proc endpoint picker on the front door's decision path, behind the fake gateway.
+	// The ext_proc endpoint picker over the same service, behind the fake gateway.
 	ecfg := extproc.DefaultConfig()
 	ecfg.TracerProvider = tp
-	epp, err := extproc.New(ecfg, extproc.Deps{Picker: fd, Nodes: nodes})
+	epp, err := extproc.New(ecfg, extproc.Deps{Picker: svc, Nodes: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}

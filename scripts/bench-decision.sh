@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The front door's whole routing decision against hashing the prompt, over 64 nodes listed as the
-# router lists them (the gossip mirror through MirrorNodes, passive health as ejector) with ~300
-# recent chains in the overlay: ROUNDS (default 20) runs of BenchmarkPickDecision's "paired"
+# The request service's whole routing decision against hashing the prompt, over 64 nodes listed
+# as the router lists them (the gossip mirror through MirrorNodes, passive health as ejector) with
+# ~300 recent chains in the overlay: ROUNDS (default 20) runs of BenchmarkPickDecision's "paired"
 # sub-benchmarks, which time hashing and the decision alternately, one of each per iteration.
 # Prints each round, then the median and range of decision/hash and of the decision's time per
 # prompt size. On a shared machine single runs move by a third; the median over rounds is the
@@ -12,7 +12,7 @@ rounds=${ROUNDS:-20}
 bin=$(mktemp)
 out=$(mktemp)
 trap 'rm -f "$bin" "$out"' EXIT
-go test -c -o "$bin" ./router/frontdoor/
+go test -c -o "$bin" ./router/requests/
 for i in $(seq "$rounds"); do
   "$bin" -test.run '^$' -test.bench 'PickDecision/(8k|64k)/paired$' -test.benchtime "${BENCHTIME:-2000x}" |
     awk -v r="$i" '/paired/ { for (k = 1; k <= NF; k++) { if ($k == "decision/hash") q = $(k-1); if ($k == "decision-ns/op") d = $(k-1) }

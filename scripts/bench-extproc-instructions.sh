@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The endpoint picker's instructions per request for an 8k-token id prompt, counted by valgrind's
 # callgrind (repeatable for the same binary and inputs, whatever else the machine is doing): for
-# each of BenchmarkDecision's ways in router/extproc (picker alone, the front door in process,
-# through ext_proc with the Go gateway in the same process), the whole process's count at two run
-# lengths; their difference over the extra requests is one request's cost. The collector is off
+# each of BenchmarkDecision's ways in router/extproc (picker alone, the request service in
+# process, through ext_proc with the Go gateway in the same process), the whole process's count at
+# two run lengths; their difference over the extra requests is one request's cost. The collector is off
 # (GOGC=off): with it on, a collection of the setup's garbage (the tokenizer's tables) landing in
 # one run and not the other moves a count by ±20%; what a request leaves to the collector is its
 # allocation (-benchmem). Go's signal-based preemption is off too (GODEBUG=asyncpreemptoff=1):
@@ -26,10 +26,10 @@ count() { # way n → instructions of the whole run
   rm -rf "$out"
 }
 declare -A per
-for way in picker frontdoor extproc; do
+for way in picker service extproc; do
   a=$(count "$way" "$short")
   b=$(count "$way" "$long")
   per[$way]=$(( (b - a) / (long - short) ))
   echo "$way: $(( per[$way] / 1000 ))k instructions per request (runs of $short and $long: $a, $b)"
 done
-echo "the front door adds $(( (per[frontdoor] - per[picker]) / 1000 ))k to the picker; ext_proc, both ends, $(( (per[extproc] - per[picker]) / 1000 ))k"
+echo "the request service adds $(( (per[service] - per[picker]) / 1000 ))k to the picker; ext_proc, both ends, $(( (per[extproc] - per[picker]) / 1000 ))k"

@@ -20,16 +20,16 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// benchFleet is a front door and an endpoint picker over 16 nodes, each holding a different
-// length of the prompt's prefix in the index (as BenchmarkPickDecision in router/frontdoor), and
+// benchFleet is a request service and an endpoint picker over 16 nodes, each holding a different
+// length of the prompt's prefix in the index (as BenchmarkPickDecision in router/requests), and
 // the prompt's token ids.
 type benchFleet struct {
-	picker *frontdoor.PolicyPicker
-	fd     *frontdoor.Server
+	picker *requests.PolicyPicker
+	svc    *requests.Service
 	client extprocv3.ExternalProcessorClient
 	epp    *Server
 	// answers are the picker's own answer times (from the end of the body to the last answer
@@ -62,7 +62,7 @@ func newBenchFleet(b *testing.B) *benchFleet {
 	idx := routing.NewIndex(routing.DefaultIndexConfig())
 	for i := range nodes {
 		id := fmt.Sprintf("node-%02d", i)
-		list.nodes = append(list.nodes, frontdoor.NodeTarget{EngineURL: fmt.Sprintf("http://10.0.0.%d:8000", i+1),
+		list.nodes = append(list.nodes, requests.NodeTarget{EngineURL: fmt.Sprintf("http://10.0.0.%d:8000", i+1),
 			Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: bs}})
 		idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
 	}
@@ -71,15 +71,15 @@ func newBenchFleet(b *testing.B) *benchFleet {
 		b.Fatal(err)
 	}
 	f := &benchFleet{toks: toks, ids: ids, text: text}
-	if f.picker, err = frontdoor.NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, frontdoor.PolicyPickerConfig{}); err != nil {
+	if f.picker, err = requests.NewPolicyPicker(list, idx, routing.NewOverlay(0, 0), pol, requests.PolicyPickerConfig{}); err != nil {
 		b.Fatal(err)
 	}
-	fcfg := frontdoor.DefaultConfig()
-	fcfg.Tokenizer = tokenizer.CL100kBase
-	if f.fd, err = frontdoor.New(fcfg, frontdoor.Deps{Picker: f.picker, Nodes: list}); err != nil {
+	scfg := requests.DefaultConfig()
+	scfg.Tokenizer = tokenizer.CL100kBase
+	if f.svc, err = requests.New(scfg, requests.Deps{Picker: f.picker, Nodes: list}); err != nil {
 		b.Fatal(err)
 	}
-	epp, err := New(DefaultConfig(), Deps{Picker: f.fd, Nodes: list, Registry: prometheus.NewRegistry()})
+	epp, err := New(DefaultConfig(), Deps{Picker: f.svc, Nodes: list, Registry: prometheus.NewRegistry()})
 	f.epp = epp
 	epp.observeAnswer = func(d time.Duration) { f.answers = append(f.answers, d) } // one stream at a time
 	if err != nil {
@@ -180,10 +180,10 @@ func (f *benchFleet) eppRoundTrip(b *testing.B, body []byte) (full, tail time.Du
 // the same run, each its own loop (so that each pays for its own garbage), reported as p50/p99
 // in µs and CPU per request:
 //
-//	picker     frontdoor.PolicyPicker.Pick on the token ids (candidates, hashing, estimate,
+//	picker     requests.PolicyPicker.Pick on the token ids (candidates, hashing, estimate,
 //	           policy, in-flight and overlay bookkeeping) and Done: the floor
-//	frontdoor  Server.PickForGateway in process: the front door's parse, tokenizer and pick,
-//	           what it does before proxying
+//	service    requests.Service.PickForGateway in process: the request service's parse,
+//	           tokenizer and pick, what the front door also does before proxying
 //	extproc    the same through ext_proc on loopback gRPC, as Envoy sends it (a stream per
 //	           request, headers, the body in 16 KiB chunks, up to the last body response)
 //
@@ -204,8 +204,8 @@ func BenchmarkDecision(b *testing.B) {
 		body []byte
 	}{{"ids", f.ids}, {"text", f.text}} {
 		var pickerP50 float64
-		req := &frontdoor.PickRequest{Tokens: f.toks, Model: simModel}
-		greq := &frontdoor.GatewayRequest{Path: "/v1/completions", Body: c.body}
+		req := &requests.PickRequest{Tokens: f.toks, Model: simModel}
+		greq := &requests.GatewayRequest{Path: "/v1/completions", Body: c.body}
 		b.Run(c.name+"/picker", func(b *testing.B) {
 			var d []time.Duration
 			c0 := processCPU(b)
@@ -215,24 +215,24 @@ func BenchmarkDecision(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				pk.Done(frontdoor.Outcome{Status: 200})
+				pk.Done(requests.Outcome{Status: 200})
 				d = append(d, time.Since(t0))
 			}
 			reportCPU(b, processCPU(b)-c0, len(d))
 			pickerP50 = reportLatency(b, "", d)
 		})
-		b.Run(c.name+"/frontdoor", func(b *testing.B) {
+		b.Run(c.name+"/service", func(b *testing.B) {
 			var d []time.Duration
 			c0 := processCPU(b)
 			for b.Loop() {
 				t0 := time.Now()
-				gp, err := f.fd.PickForGateway(b.Context(), greq)
+				gp, err := f.svc.PickForGateway(b.Context(), greq)
 				if err != nil {
 					b.Fatal(err)
 				}
 				d = append(d, time.Since(t0))
 				if gp.PromptTokens != len(f.toks) {
-					b.Fatalf("the front door read %d tokens, want %d", gp.PromptTokens, len(f.toks))
+					b.Fatalf("the service read %d tokens, want %d", gp.PromptTokens, len(f.toks))
 				}
 				gp.End(nil)
 			}

@@ -22,7 +22,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/node/simengine"
 	"github.com/prefixmesh/prefixmesh/router/extproc/fakegw"
 	"github.com/prefixmesh/prefixmesh/router/flow"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -50,10 +50,10 @@ func eventually(t *testing.T, what string, check func() error) {
 // nodeList is a NodeSource the test can change.
 type nodeList struct {
 	mu    sync.Mutex // guards nodes
-	nodes []frontdoor.NodeTarget
+	nodes []requests.NodeTarget
 }
 
-func (l *nodeList) Nodes() []frontdoor.NodeTarget {
+func (l *nodeList) Nodes() []requests.NodeTarget {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.nodes
@@ -75,15 +75,15 @@ type tb interface {
 	Context() context.Context
 }
 
-// rig is an endpoint picker over a front door over simulated engines, a gRPC server for it on
+// rig is an endpoint picker over a request service over simulated engines, a gRPC server for it on
 // 127.0.0.1:0, and a fake gateway in front.
 type rig struct {
 	t      tb
 	nodes  []*simNode
 	list   *nodeList
 	index  *routing.Index
-	picker *frontdoor.PolicyPicker
-	fd     *frontdoor.Server
+	picker *requests.PolicyPicker
+	svc    *requests.Service
 	epp    *Server
 	reg    *prometheus.Registry
 	grpc   *grpc.Server
@@ -99,8 +99,8 @@ type rigOpts struct {
 	dead      int // the first dead nodes have no engine (connects are refused)
 	// engines replaces the simulated engine of the nodes it lists (by index) with a handler.
 	engines map[int]http.Handler
-	health  frontdoor.HealthReporter // the front door's passive health (none when nil)
-	flow    flow.Admitter            // the front door's flow control (none when nil)
+	health  requests.HealthReporter // the service's passive health (none when nil)
+	flow    flow.Admitter           // the service's flow control (none when nil)
 }
 
 func newRig(t tb, o rigOpts) *rig {
@@ -130,7 +130,7 @@ func newRig(t tb, o rigOpts) *rig {
 			url = n.srv.URL
 		}
 		r.nodes = append(r.nodes, n)
-		r.list.nodes = append(r.list.nodes, frontdoor.NodeTarget{EngineURL: url,
+		r.list.nodes = append(r.list.nodes, requests.NodeTarget{EngineURL: url,
 			Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: 16}})
 		r.index.ReplaceNode(id, uint64(i+1), 0, nil)
 	}
@@ -138,13 +138,13 @@ func newRig(t tb, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.picker, err = frontdoor.NewPolicyPicker(r.list, r.index, routing.NewOverlay(0, 0), pol, frontdoor.PolicyPickerConfig{MaxInFlightPerNode: o.maxPer})
+	r.picker, err = requests.NewPolicyPicker(r.list, r.index, routing.NewOverlay(0, 0), pol, requests.PolicyPickerConfig{MaxInFlightPerNode: o.maxPer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fcfg := frontdoor.DefaultConfig()
-	fcfg.Tokenizer = "cl100k_base"
-	if r.fd, err = frontdoor.New(fcfg, frontdoor.Deps{Picker: r.picker, Nodes: r.list, Health: o.health, Flow: o.flow}); err != nil {
+	scfg := requests.DefaultConfig()
+	scfg.Tokenizer = "cl100k_base"
+	if r.svc, err = requests.New(scfg, requests.Deps{Picker: r.picker, Nodes: r.list, Health: o.health, Flow: o.flow}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
@@ -152,7 +152,7 @@ func newRig(t tb, o rigOpts) *rig {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	if r.epp, err = New(cfg, Deps{Picker: r.fd, Nodes: r.list, Registry: r.reg}); err != nil {
+	if r.epp, err = New(cfg, Deps{Picker: r.svc, Nodes: r.list, Registry: r.reg}); err != nil {
 		t.Fatal(err)
 	}
 	r.epp.SetReady(true)

@@ -3,15 +3,15 @@ package extproc
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // metrics are the endpoint picker's Prometheus series.
 type metrics struct {
-	decisions    *prometheus.CounterVec      // result: prefix, load, no_nodes, overloaded, subset_empty
-	outcomes     *prometheus.CounterVec      // class: 2xx, 4xx, 5xx, none, served_elsewhere
-	streamErrors *prometheus.CounterVec      // cause
-	accuracy     *frontdoor.EstimateAccuracy // estimate against cached_tokens, as the front door's
+	decisions    *prometheus.CounterVec     // result: prefix, load, no_nodes, overloaded, subset_empty
+	outcomes     *prometheus.CounterVec     // class: 2xx, 4xx, 5xx, none, served_elsewhere
+	streamErrors *prometheus.CounterVec     // cause
+	accuracy     *requests.EstimateAccuracy // estimate against cached_tokens, as the front door's
 	decideSecs   prometheus.Histogram
 	answerSecs   prometheus.Histogram
 	ttft         prometheus.Histogram
@@ -28,13 +28,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Routed requests by how they ended: the response's status class (2xx, 4xx, 5xx), none (no response), served_elsewhere (the gateway used a fallback)."}, []string{"class"}),
 		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stream_errors_total",
 			Help: "Streams ended abnormally, by cause: too_large, busy, too_many_streams, request_timeout, stream_timeout, protocol, cancelled, send."}, []string{"cause"}),
-		accuracy: frontdoor.NewEstimateAccuracy(sub),
+		accuracy: requests.NewEstimateAccuracy(sub),
 		decideSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "decision_seconds",
 			Help: "Time from the end of the request body to the answer: parse, tokenise, pick.", Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16)}),
 		answerSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "answer_seconds",
 			Help: "Time from the end of the request body to the last answer handed to gRPC: the decision plus encoding the answer and the body back.", Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16)}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "ttft_seconds",
-			Help: "Time from the pick to the first output token (streams) or the response headers.", Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}),
+			Help: "Time from the pick to the first output token (streams) or the response headers.", Buckets: requests.LatencyBuckets}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "streams",
 			Help: "ext_proc streams open now."}),
 		buffered: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "buffered_body_bytes",

@@ -21,16 +21,16 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
-// Picker decides for a gateway; *frontdoor.Server implements it, so the endpoint picker takes
-// the front door's decision path.
+// Picker decides for a gateway; the request service (*requests.Service) implements it, so the
+// endpoint picker takes every door's decision path.
 type Picker interface {
-	PickForGateway(ctx context.Context, r *frontdoor.GatewayRequest) (*frontdoor.GatewayPick, error)
+	PickForGateway(ctx context.Context, r *requests.GatewayRequest) (*requests.GatewayPick, error)
 }
 
-var _ Picker = (*frontdoor.Server)(nil)
+var _ Picker = (*requests.Service)(nil)
 
 // Health service names the endpoint picker answers on grpc.health.v1, as GIE's protocol lists
 // them: liveness (the process answers), readiness and the ext_proc service (the node view has
@@ -45,11 +45,11 @@ var ServiceExtProc = extprocv3.ExternalProcessor_ServiceDesc.ServiceName
 
 // Deps are the endpoint picker's collaborators.
 type Deps struct {
-	// Picker decides (required): the front door's Server.
+	// Picker decides (required): the request service.
 	Picker Picker
 	// Nodes lists the nodes (required), to map endpoints (ip:port) to node ids for the subset
 	// hint and the served endpoint: the same source the picker reads.
-	Nodes frontdoor.NodeSource
+	Nodes requests.NodeSource
 	// Registry receives the metrics (optional).
 	Registry prometheus.Registerer
 	// Logger receives one line per routed request at debug level and stream errors (optional).
@@ -63,13 +63,13 @@ type Server struct {
 
 	cfg     Config
 	picker  Picker
-	nodes   frontdoor.NodeSource
+	nodes   requests.NodeSource
 	met     *metrics
 	log     *slog.Logger
 	health  *health.Server
 	tracer  trace.Tracer
 	tracing bool // cfg.TracerProvider records (trace.go)
-	// flowHeaders: the picker runs flow control (frontdoor.Server.FlowControl), so the request
+	// flowHeaders: the picker runs flow control (requests.Service.FlowControl), so the request
 	// headers it reads for class and tenant are passed to it.
 	flowHeaders bool
 

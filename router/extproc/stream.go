@@ -17,7 +17,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/router/flow"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -29,6 +29,23 @@ var flowHeaderNames = func() []string {
 	}
 	return out
 }()
+
+// Body modes, as Envoy's ext_proc filter sends them (envoy/extensions/filters/http/ext_proc/v3
+// processing_mode.proto, and GIE's pkg/epp/handlers/server.go):
+//
+//	FULL_DUPLEX_STREAMED  headers, then body chunks: the headers response is held until the
+//	                      body ends, then the headers response (destination, Content-Length)
+//	                      and the body, unchanged, in chunks of at most 62,000 bytes
+//	BUFFERED              the headers are answered at once (Envoy sends the body only then);
+//	                      the one body message is answered with the destination as a header
+//	                      mutation and the body left as it is
+//	STREAMED, NONE        the body is not seen before the headers must be answered: routed by
+//	                      load at the headers, each chunk answered unchanged
+//
+// A request without a body, or whose body is not an OpenAI generation request, is routed by load
+// alone and never refused for it. A subset hint (filter metadata envoy.lb.subset_hint, key
+// x-gateway-destination-endpoint-subset) limits the choice to the listed endpoints; none eligible
+// is an ImmediateResponse 503, and every candidate over its load bound a 429 with Retry-After.
 
 // stream is one ext_proc stream's state: one HTTP request, then its response. mu guards every
 // field below s, ctx and send (the reader and the deadline watcher of Process share them).
@@ -61,7 +78,7 @@ type stream struct {
 	span    trace.Span
 	spanCtx context.Context
 
-	pick        *frontdoor.GatewayPick
+	pick        *requests.GatewayPick
 	dest        string // the destination list answered
 	primary     string // its first endpoint
 	pickedAt    time.Time
@@ -124,12 +141,13 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		st.path = "/"
 	}
 	st.header = http.Header{}
-	if v := headerValue(hm, frontdoor.HeaderSessionID); v != "" {
-		st.header.Set(frontdoor.HeaderSessionID, v)
+	if v := headerValue(hm, requests.HeaderSessionID); v != "" {
+		st.header.Set(requests.HeaderSessionID, v)
 	}
 	if st.s.flowHeaders {
-		// Flow control's class and tenant (router/flow), read by the pick as the front door reads
-		// them: only when flow control is on, so the picker's own path copies nothing more.
+		// Flow control's class and tenant (router/flow), read by the pick as every door reads
+		// them (requests.FlowRequest): only when flow control is on, so the picker's own path
+		// copies nothing more.
 		for _, k := range flowHeaderNames {
 			if v := headerValue(hm, k); v != "" {
 				st.header.Set(k, v)
@@ -216,7 +234,7 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	if st.span != nil {
 		ctx = st.spanCtx
 	}
-	pk, err := st.s.picker.PickForGateway(ctx, &frontdoor.GatewayRequest{Path: st.path, Header: st.header, Body: body,
+	pk, err := st.s.picker.PickForGateway(ctx, &requests.GatewayRequest{Path: st.path, Header: st.header, Body: body,
 		Allowed: allowed, Alternates: st.s.cfg.Fallbacks})
 	if err != nil {
 		st.spanError(err.Error())
@@ -245,7 +263,7 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 			// The gateway went away while the request waited in flow control's queue.
 			return true, nil
 		}
-		if errors.Is(err, frontdoor.ErrOverloaded) {
+		if errors.Is(err, requests.ErrOverloaded) {
 			st.s.met.decisions.WithLabelValues("overloaded").Inc()
 			return true, st.send(immediate(typev3.StatusCode_TooManyRequests, "router_overloaded",
 				"every node that can serve this request is at its load bound; retry later"))
@@ -256,7 +274,7 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	st.primary = endpointOf(pk.EngineURL)
 	if st.primary == "" {
 		st.spanError("no engine address")
-		pk.Done(frontdoor.Outcome{CachedTokens: -1})
+		pk.Done(requests.Outcome{CachedTokens: -1})
 		st.s.met.decisions.WithLabelValues("no_nodes").Inc()
 		return true, st.send(immediate(typev3.StatusCode_ServiceUnavailable, "no_nodes_available",
 			fmt.Sprintf("node %s announces an engine URL without an address: %q", pk.NodeID, pk.EngineURL)))
@@ -353,8 +371,8 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		code, _ := strconv.Atoi(headerValue(hm, ":status"))
 		rh := http.Header{}
 		rh.Set("Content-Type", headerValue(hm, "content-type"))
-		if v := headerValue(hm, frontdoor.HeaderCachedTokens); v != "" {
-			rh.Set(frontdoor.HeaderCachedTokens, v)
+		if v := headerValue(hm, requests.HeaderCachedTokens); v != "" {
+			rh.Set(requests.HeaderCachedTokens, v)
 		}
 		served := st.servedNode(metadataString(req.GetMetadataContext(), MetadataNamespace, KeyServed))
 		st.served(served)
@@ -466,5 +484,5 @@ func (st *stream) abort(err error) { st.end(err) }
 func (st *stream) close() {
 	st.end(errStreamClosed)
 	st.release()
-	st.endSpan(frontdoor.Outcome{}, nil)
+	st.endSpan(requests.Outcome{}, nil)
 }

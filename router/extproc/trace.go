@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // tracerName is the endpoint picker's instrumentation scope.
@@ -81,7 +81,7 @@ func (st *stream) spanError(msg string) {
 }
 
 // endSpan ends the request's span once, with the response's outcome when a pick was made (pk).
-func (st *stream) endSpan(o frontdoor.Outcome, pk *frontdoor.GatewayPick) {
+func (st *stream) endSpan(o requests.Outcome, pk *requests.GatewayPick) {
 	if st.span == nil {
 		return
 	}

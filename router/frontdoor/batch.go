@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // maxBatchFanout bounds the prompts of one batch in flight at once: 16 keeps a 256-prompt batch
@@ -38,38 +39,38 @@ const maxBatchUpstreamBytes = 64 << 20
 
 // batchItem is one prompt of a batch, as its own request.
 type batchItem struct {
-	g    *genRequest
+	g    *requests.GenRequest
 	body *reqBody // spliced from the batch's body; released when the prompt's request ends
 }
 
 // batchUpstreamBytes is what splitting g sends upstream in all: every prompt's JSON once, and
 // the rest of the body once per prompt.
-func batchUpstreamBytes(g *genRequest, bodyLen int) int64 {
-	shared := int64(bodyLen - (g.promptEnd - g.promptStart))
-	total := shared * int64(len(g.batch))
-	for _, it := range g.batch {
+func batchUpstreamBytes(g *requests.GenRequest, bodyLen int) int64 {
+	shared := int64(bodyLen - (g.PromptEnd - g.PromptStart))
+	total := shared * int64(len(g.Batch))
+	for _, it := range g.Batch {
 		total += int64(it.End - it.Start)
 	}
 	return total
 }
 
-func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string, rb *reqBody, g *genRequest, start time.Time) {
+func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string, rb *reqBody, g *requests.GenRequest, start time.Time) {
 	if up := batchUpstreamBytes(g, len(rb.b)); up > maxBatchUpstreamBytes {
 		s.met.rejected.WithLabelValues("too_large").Inc()
 		writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf(
 			"a batch of %d prompts is sent as one request per prompt, each carrying the body's other %d bytes: %d bytes in all exceed %d; send the prompts as separate requests or shrink the other fields",
-			len(g.batch), len(rb.b)-(g.promptEnd-g.promptStart), up, maxBatchUpstreamBytes))
+			len(g.Batch), len(rb.b)-(g.PromptEnd-g.PromptStart), up, maxBatchUpstreamBytes))
 		return
 	}
-	items := make([]batchItem, len(g.batch))
-	for i, it := range g.batch {
+	items := make([]batchItem, len(g.Batch))
+	for i, it := range g.Batch {
 		sub := *g
-		sub.batch, sub.text, sub.tokens = nil, it.Text, it.IDs
-		items[i] = batchItem{g: &sub, body: newSplicedBody(rb, g.promptStart, g.promptEnd, g.promptStart+it.Start, g.promptStart+it.End)}
+		sub.Batch, sub.Text, sub.Tokens = nil, it.Text, it.IDs
+		items[i] = batchItem{g: &sub, body: newSplicedBody(rb, g.PromptStart, g.PromptEnd, g.PromptStart+it.Start, g.PromptStart+it.End)}
 	}
 	n := 1
-	if g.n > 1 {
-		n = g.n
+	if g.N > 1 {
+		n = g.N
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -91,7 +92,7 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request, path string,
 		}()
 	}
 	go func() { wg.Wait(); close(out) }()
-	if g.stream {
+	if g.Stream {
 		s.mergeStreams(w, out, len(items), n, cancel)
 	} else {
 		s.mergeJSON(w, out, len(items), n, cancel)
@@ -117,7 +118,7 @@ type batchMsg struct {
 func (s *Server) runBatchItem(ctx context.Context, r *http.Request, path string, it *batchItem, idx int, start time.Time, out chan<- batchMsg) {
 	cw := &captureWriter{ctx: ctx, idx: idx, out: out, header: http.Header{}}
 	sw := httpstatus.Wrap(cw)
-	lg := reqLog{endpoint: strings.TrimPrefix(path, "/v1/"), model: it.g.model, stream: it.g.stream, estimate: -1, cached: -1}
+	lg := reqLog{endpoint: strings.TrimPrefix(path, "/v1/"), model: it.g.Model, stream: it.g.Stream, estimate: -1, cached: -1}
 	defer func() {
 		if p := recover(); p != nil && p != http.ErrAbortHandler {
 			panic(p)

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // hashingEngine is a fake engine that reads each request body through a hash (so it allocates
@@ -63,7 +65,7 @@ func postRaw(t *testing.T, url string, body []byte) (int, []byte) {
 func TestBatchAmplificationRefused(t *testing.T) {
 	eng := &hashingEngine{hashes: map[uint64]int{}}
 	srv := httptestServer(t, eng)
-	f := startFrontDoor(t, []NodeTarget{target("fake", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("fake", srv.URL)}, fleetOpts{})
 	f.index.ReplaceNode("fake", 1, 0, nil)
 
 	prompts := make([]string, 256)
@@ -96,7 +98,7 @@ func TestBatchAmplificationRefused(t *testing.T) {
 func TestLargeBatchCostsItsBodyOnce(t *testing.T) {
 	eng := &hashingEngine{hashes: map[uint64]int{}}
 	srv := httptestServer(t, eng)
-	f := startFrontDoor(t, []NodeTarget{target("fake", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("fake", srv.URL)}, fleetOpts{})
 	f.index.ReplaceNode("fake", 1, 0, nil)
 
 	const prompts = 32

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 	"github.com/prefixmesh/prefixmesh/routing/sim"
 	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
@@ -37,7 +38,7 @@ func realisticUpstream() http.Handler {
 		_, _ = io.Copy(io.Discard, r.Body)
 		time.Sleep(benchTTFT)
 		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set(HeaderCachedTokens, "0")
+		w.Header().Set(requests.HeaderCachedTokens, "0")
 		rc := http.NewResponseController(w)
 		for range benchChunks - 1 {
 			_, _ = w.Write(chunk)
@@ -314,16 +315,16 @@ func BenchmarkPromptGrowth(b *testing.B) {
 	up := httptest.NewServer(realisticUpstream())
 	defer up.Close()
 	list := &nodeList{}
-	list.set([]NodeTarget{target("n0", up.URL), target("n1", up.URL)})
+	list.set([]requests.NodeTarget{target("n0", up.URL), target("n1", up.URL)})
 	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
-	picker, err := NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, PolicyPickerConfig{})
+	picker, err := requests.NewPolicyPicker(list, routing.NewIndex(routing.DefaultIndexConfig()), routing.NewOverlay(0, 0), pol, requests.PolicyPickerConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	fd, err := New(DefaultConfig(), Deps{Picker: picker})
+	fd, err := New(DefaultConfig(), Deps{Service: newService(b, picker)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -352,7 +353,7 @@ func BenchmarkPromptGrowth(b *testing.B) {
 		b.Run(fmt.Sprintf("parse/ids%dk", n/1024), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := parseGen(body, false, http.Header{}); err != nil {
+				if _, err := requests.ParseGen(body, false, http.Header{}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // benchPrompt is a ~200-token text prompt, tokenised by the front door on every request.
@@ -27,7 +27,7 @@ func BenchmarkProxy(b *testing.B) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(HeaderCachedTokens, "0")
+		w.Header().Set(requests.HeaderCachedTokens, "0")
 		_, _ = io.WriteString(w, okCompletion)
 	}))
 	defer up.Close()
@@ -72,29 +72,4 @@ func BenchmarkProxy(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
 		})
 	}
-}
-
-// BenchmarkPick8kTokens64Nodes is one routing decision (hashing, index and overlay estimates,
-// policy, in-flight bookkeeping, Done) for an 8k-token prompt over 64 nodes, each holding a
-// different-length prefix of it; "hash-only" is the floor, hashing the same tokens.
-func BenchmarkPick8kTokens64Nodes(b *testing.B) {
-	p, toks := stairPicker(b, 64, 8192)
-	req := &PickRequest{Tokens: toks, Model: simModel}
-	b.Run("pick", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			pk, err := p.Pick(b.Context(), req, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			pk.Done(Outcome{})
-		}
-	})
-	b.Run("hash-only", func(b *testing.B) {
-		b.ReportAllocs()
-		dst := make([]uint64, 0, len(toks)/16)
-		for b.Loop() {
-			dst = local.AppendBlockHashes(dst[:0], toks, 16, 0)
-		}
-	})
 }

@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
+
+var _ requests.Body = (*reqBody)(nil)
 
 // Request bodies are read into pooled buffers, one pool per power-of-two size class, so a
 // request allocates nothing that grows with its prompt to hold the body (BenchmarkPromptGrowth).
@@ -53,13 +55,6 @@ type reqBody struct {
 	// parent's bytes, on which it holds a reference until its own last one is dropped.
 	rest   [2][]byte
 	parent *reqBody
-}
-
-// newReqBody holds b (not pooled) with one reference, the caller's.
-func newReqBody(b []byte) *reqBody {
-	rb := &reqBody{b: b}
-	rb.refs.Store(1)
-	return rb
 }
 
 // newSplicedBody reads as parent's bytes with parent.b[cut0:cut1] replaced by
@@ -105,9 +100,9 @@ func (rb *reqBody) open() io.ReadCloser {
 	return r
 }
 
-// upstreamRequest sets req's body to rb, with GetBody for the Transport's own retries on a
-// connection that closed under it.
-func (rb *reqBody) upstreamRequest(req *http.Request) {
+// Attach sets req's body to rb, with GetBody for the Transport's own retries on a connection
+// that closed under it (requests.Body: the engine tokenizer sends a chat body this way).
+func (rb *reqBody) Attach(req *http.Request) {
 	req.Body = rb.open()
 	req.ContentLength = int64(rb.size())
 	req.GetBody = func() (io.ReadCloser, error) { return rb.open(), nil }
@@ -166,7 +161,7 @@ const bodyChunkBytes = 64 << 10
 var chunkClass = bodyClass(bodyChunkBytes)
 
 // errBodyBudget is a body that would take the bytes the front door holds across requests over
-// Config.MaxBodyBufferBytes (answered 429).
+// the service's body budget, requests.Config.MaxBodyBufferBytes (answered 429).
 var errBodyBudget = errors.New("the router holds as many request body bytes as it may")
 
 // readBodyPooled reads the whole body, at most limit bytes (more is an *http.MaxBytesError),
@@ -294,18 +289,3 @@ func readChunked(w http.ResponseWriter, r *http.Request, limit int64, budget *by
 	rb.refs.Store(1)
 	return rb, nil
 }
-
-// copyConn is an upstream connection whose ReadFrom (how net/http writes a request body) copies
-// through a pooled buffer: net.TCPConn's generic ReadFrom allocates a new buffer of up to 32 KiB
-// for every request body it cannot splice, and a request body never can be.
-type copyConn struct{ net.Conn }
-
-func (c copyConn) ReadFrom(r io.Reader) (int64, error) {
-	bp := relayBufs.Get().(*[]byte)
-	defer relayBufs.Put(bp)
-	return io.CopyBuffer(writerOnly{c.Conn}, r, *bp)
-}
-
-// writerOnly hides every method of its writer but Write (io.CopyBuffer would otherwise call
-// the connection's own ReadFrom).
-type writerOnly struct{ io.Writer }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -33,19 +34,20 @@ func heapInUse() uint64 {
 // connections gives every byte back.
 func TestSlowUploadsHoldWhatTheySent(t *testing.T) {
 	list := &nodeList{}
-	list.set([]NodeTarget{target("n0", "http://127.0.0.1:1")})
+	list.set([]requests.NodeTarget{target("n0", "http://127.0.0.1:1")})
 	reg := prometheus.NewRegistry()
-	cfg := DefaultConfig()
-	cfg.MaxBodyBytes, cfg.MaxBodyBufferBytes = 1<<20, 2<<20
+	cfg, sc := DefaultConfig(), requests.DefaultConfig()
+	cfg.MaxBodyBytes, sc.MaxBodyBufferBytes = 1<<20, 2<<20
 	cfg.BodyTimeout = time.Minute // the held uploads must not time out during the test
-	fd, err := New(cfg, Deps{Picker: newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig())), Registry: reg})
+	svc := newServiceWith(t, sc, requests.Deps{Picker: newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig()))})
+	fd, err := New(cfg, Deps{Service: svc, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	front := httptestServer(t, fd.Handler())
 	addr := strings.TrimPrefix(front.URL, "http://")
 	const conns, declared = 64, 1_000_000
-	held := int(cfg.MaxBodyBufferBytes / bodyChunkBytes) // uploads the budget holds a chunk of
+	held := int(sc.MaxBodyBufferBytes / bodyChunkBytes) // uploads the budget holds a chunk of
 	before := heapInUse()
 	answers := make(chan *http.Response, conns)
 	var cs []net.Conn
@@ -76,13 +78,13 @@ func TestSlowUploadsHoldWhatTheySent(t *testing.T) {
 		}
 	}
 	eventually(t, "the held uploads to fill the budget", func() bool {
-		return fd.bodies.Held() == cfg.MaxBodyBufferBytes && fd.InFlight() == held
+		return svc.Bodies().Held() == sc.MaxBodyBufferBytes && fd.InFlight() == held
 	})
 	grew := int64(heapInUse()) - int64(before)
 	t.Logf("%d uploads of 1 byte declaring %d: %d held (%d bytes charged), %d refused; heap +%d bytes",
-		conns, declared, held, fd.bodies.Held(), conns-held, grew)
+		conns, declared, held, svc.Bodies().Held(), conns-held, grew)
 	// The budget, plus what 64 connections and their goroutines cost (buffers, stacks).
-	if limit := cfg.MaxBodyBufferBytes + 3<<20; grew > limit {
+	if limit := sc.MaxBodyBufferBytes + 3<<20; grew > limit {
 		t.Fatalf("heap grew %d bytes for %d one-byte uploads, want at most %d", grew, conns, limit)
 	}
 	if got := counterWith(t, &fleet{reg: reg}, "prefixmesh_frontdoor_rejected_total", map[string]string{"reason": reasonBodyBudget}); got != float64(conns-held) {
@@ -91,7 +93,7 @@ func TestSlowUploadsHoldWhatTheySent(t *testing.T) {
 	for _, c := range cs {
 		c.Close()
 	}
-	eventually(t, "every byte given back", func() bool { return fd.bodies.Held() == 0 && fd.InFlight() == 0 })
+	eventually(t, "every byte given back", func() bool { return svc.Bodies().Held() == 0 && fd.InFlight() == 0 })
 }
 
 // Bodies longer than a chunk, or of unknown length, read in chunks arrive whole and unchanged,
@@ -104,8 +106,9 @@ func TestChunkedBodiesArriveWhole(t *testing.T) {
 		okEngine{}.ServeHTTP(w, r)
 	}))
 	list := &nodeList{}
-	list.set([]NodeTarget{target("n0", eng.URL)})
-	fd, err := New(DefaultConfig(), Deps{Picker: newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig())), Registry: prometheus.NewRegistry()})
+	list.set([]requests.NodeTarget{target("n0", eng.URL)})
+	svc := newService(t, newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig())))
+	fd, err := New(DefaultConfig(), Deps{Service: svc, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +131,7 @@ func TestChunkedBodiesArriveWhole(t *testing.T) {
 			if b := recv(t, "the engine's body", got); !bytes.Equal(b, body) {
 				t.Fatalf("%d-byte body (length known %v) arrived as %d bytes", len(body), known, len(b))
 			}
-			eventually(t, "the body's bytes given back", func() bool { return fd.bodies.Held() == 0 })
+			eventually(t, "the body's bytes given back", func() bool { return svc.Bodies().Held() == 0 })
 		}
 	}
 }

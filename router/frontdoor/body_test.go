@@ -74,3 +74,10 @@ func TestReqBodyConcurrentClose(t *testing.T) {
 		t.Fatalf("refs = %d after every holder let go", rb.refs.Load())
 	}
 }
+
+// newReqBody holds b (not pooled) with one reference, the caller's.
+func newReqBody(b []byte) *reqBody {
+	rb := &reqBody{b: b}
+	rb.refs.Store(1)
+	return rb
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/buildinfo"
 	"github.com/prefixmesh/prefixmesh/internal/openai"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // What clients written for vLLM call besides generation: GET /v1/models/{id}, /health,
@@ -34,7 +35,7 @@ type modelJSON struct {
 
 func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !slices.Contains(s.picker.Models(), id) {
+	if !slices.Contains(s.svc.Models(), id) {
 		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Code: codeModelNotFound, Param: "model",
 			Message: fmt.Sprintf("model %q does not exist", id)})
 		return
@@ -45,7 +46,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request) {
 
 // serveHealth is vLLM's /health: 200 with an empty body, 503 (Retry-After) while draining.
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	if s.adm.isDraining() {
+	if s.svc.Draining() {
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down")
 		return
@@ -68,16 +69,16 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Pass-throughs share the generation requests' in-flight bound.
-	if err := s.adm.enter(); err != nil {
-		if errors.Is(err, ErrDraining) {
+	if err := s.svc.Enter(); err != nil {
+		if errors.Is(err, requests.ErrDraining) {
 			w.Header().Set("Connection", "close")
 			writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down; retry on another replica")
 			return
 		}
-		writeError(w, http.StatusTooManyRequests, codeOverloaded, fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.cfg.MaxInFlight))
+		writeError(w, http.StatusTooManyRequests, codeOverloaded, fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.svc.MaxInFlight()))
 		return
 	}
-	defer s.adm.leave()
+	defer s.svc.Leave()
 	rb, err := s.readBodyTimed(w, r)
 	if err != nil {
 		s.bodyError(w, err)
@@ -92,26 +93,27 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, err, &reqLog{})
 		return
 	}
-	if s.nodes == nil {
+	nodes := s.svc.Nodes()
+	if nodes == nil {
 		writeError(w, http.StatusServiceUnavailable, codeNoNodes, "this router has no node list to pass "+r.URL.Path+" to")
 		return
 	}
 	// A model no node serves is a 404, as on the completions endpoints and as vLLM answers it
 	// (OpenAIServing._check_model in vllm/entrypoints/openai/serving_engine.py), not a 503.
-	if err := knownModel(s.picker.Models(), m.Model); err != nil {
+	if err := s.svc.KnownModel(m.Model); err != nil {
 		s.writeErr(w, err, &reqLog{})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), passthroughTimeout)
 	defer cancel()
 	tried := 0
-	for _, n := range s.nodes.Nodes() {
+	for _, n := range nodes.Nodes() {
 		in := &n.Info
 		if !in.Alive || in.Draining || (m.Model != "" && in.Model != m.Model && !strings.HasPrefix(m.Model, in.Model+":")) ||
-			(s.ejector != nil && s.ejector.Ejected(in.ID)) {
+			s.svc.Ejected(in.ID) {
 			continue
 		}
-		if tried == engineTokenizeAttempts {
+		if tried == requests.EngineTokenizeAttempts {
 			break
 		}
 		tried++
@@ -121,14 +123,14 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		}
 		// The pooled body, held by the upstream request until the Transport closes it (it may
 		// still be writing it after the answer came).
-		rb.upstreamRequest(req)
+		rb.Attach(req)
 		req.Header.Set("Content-Type", "application/json")
 		if a := r.Header.Get("Authorization"); a != "" {
 			req.Header.Set("Authorization", a)
 		}
 		resp, err := s.client.Do(req)
 		if err != nil {
-			s.health.ReportFailure(in.ID)
+			s.svc.Health().ReportFailure(in.ID)
 			continue
 		}
 		defer resp.Body.Close()
@@ -142,24 +144,10 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", retryAfterSeconds)
 		}
 		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, io.LimitReader(resp.Body, maxTokenizeResponseBytes))
+		_, _ = io.Copy(w, io.LimitReader(resp.Body, requests.MaxTokenizeResponseBytes))
 		return
 	}
 	writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can serve "+r.URL.Path)
-}
-
-// knownModel is resolveModel's not-found rule for a pass-through, which names a model but no
-// adapter field: nil for "" (any node), a served name or "<served name>:<anything>" (the
-// engine judges the adapter), when nothing is served yet, and otherwise the 404.
-func knownModel(models []string, model string) error {
-	if model == "" || len(models) == 0 || slices.Contains(models, model) {
-		return nil
-	}
-	if i := strings.LastIndexByte(model, ':'); i > 0 && slices.Contains(models, model[:i]) {
-		return nil
-	}
-	return &httpError{Status: http.StatusNotFound, Code: codeModelNotFound, Param: "model",
-		Message: fmt.Sprintf("model %q does not exist; served: %s", model, strings.Join(models, ", "))}
 }
 
 // withCORS answers browsers from the configured origins: the CORS headers on every response and
@@ -179,10 +167,10 @@ func (s *Server) withCORS(h http.Handler) http.Handler {
 				hd.Set("Access-Control-Allow-Origin", origin)
 				hd.Add("Vary", "Origin")
 			}
-			hd.Set("Access-Control-Expose-Headers", strings.Join([]string{HeaderNode, HeaderEstimate, HeaderCachedTokens, "Retry-After"}, ", "))
+			hd.Set("Access-Control-Expose-Headers", strings.Join([]string{HeaderNode, HeaderEstimate, requests.HeaderCachedTokens, "Retry-After"}, ", "))
 			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 				hd.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-				hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id, "+HeaderSessionID)
+				hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id, "+requests.HeaderSessionID)
 				hd.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return

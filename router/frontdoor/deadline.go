@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/prefixmesh/prefixmesh/routing"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // firstByteSlack multiplies a node's expected TTFT into its first-byte deadline: the estimate
@@ -16,21 +16,9 @@ import (
 // few expected TTFTs (and never before Config.FirstByteFloor).
 const firstByteSlack = 4
 
-// deadlinePolicy is the policy configuration the first-byte deadline predicts with: the routing
-// policy's defaults, so the deadline and the routing decision assume the same nominal speed.
-var deadlinePolicy = routing.DefaultPolicyConfig()
-
-// ExpectedTTFT is how long node n should take to its first token for a request with prefill
-// uncached prompt tokens: routing.PredictTTFT, by what the router has learned of the node (its
-// queued prefill ahead, the request's own, its learned rate, overhead and decode load), the
-// prefixmesh policy's cost without the miss penalty (routing/POLICIES.md). PolicyPicker sets
-// Pick.ExpectedTTFT with it.
-func ExpectedTTFT(n *routing.NodeInfo, prefill int) time.Duration {
-	return routing.PredictTTFTDuration(n, prefill, &deadlinePolicy)
-}
-
-// firstByteTimeout is the wait for a streaming attempt's response headers on the picked node.
-func (s *Server) firstByteTimeout(pk Pick) time.Duration {
+// firstByteTimeout is the wait for a streaming attempt's response headers on the picked node:
+// firstByteSlack × its expected TTFT (requests.ExpectedTTFT), clamped.
+func (s *Server) firstByteTimeout(pk requests.Pick) time.Duration {
 	return min(max(firstByteSlack*pk.ExpectedTTFT, s.cfg.FirstByteFloor), s.cfg.FirstByteCeiling)
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // sseUpstream sends one chunk, waits for release, then finishes the stream.
@@ -42,7 +44,7 @@ func startServing(t *testing.T, f *fleet) string {
 // its end; then the listener closes.
 func TestShutdownDrains(t *testing.T) {
 	up := sseUpstream{newBlockingUpstream()}
-	f := startFrontDoor(t, []NodeTarget{target("n", httptestServer(t, up).URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("n", httptestServer(t, up).URL)}, fleetOpts{})
 	base := startServing(t, f)
 	streamDone := make(chan *result, 1)
 	go func() {
@@ -57,7 +59,7 @@ func TestShutdownDrains(t *testing.T) {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- f.fd.Shutdown(ctx) }()
-	eventually(t, "draining to start", f.fd.adm.isDraining)
+	eventually(t, "draining to start", f.svc.Draining)
 
 	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"y"}`))
 	if err != nil {
@@ -97,7 +99,7 @@ func TestShutdownDrains(t *testing.T) {
 func TestShutdownDeadline(t *testing.T) {
 	up := sseUpstream{newBlockingUpstream()}
 	defer up.open()
-	f := startFrontDoor(t, []NodeTarget{target("n", httptestServer(t, up).URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("n", httptestServer(t, up).URL)}, fleetOpts{})
 	base := startServing(t, f)
 	streamDone := make(chan error, 1)
 	go func() {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // systemPrompt is a long, deterministic system prompt: conversations that share it share a
@@ -42,7 +43,7 @@ func (c *conversation) request(tok tokenizer.Tokenizer, turn int, stream bool) (
 	c.msgs = append(c.msgs, tokenizer.ChatMessage{Role: "user", Content: fmt.Sprintf("Question %d of conversation %d: how do prefixes travel?", turn, c.id)})
 	h := http.Header{}
 	if c.session != "" {
-		h.Set(HeaderSessionID, c.session)
+		h.Set(requests.HeaderSessionID, c.session)
 	}
 	var path string
 	var body map[string]any

@@ -5,27 +5,20 @@ import (
 	"net/http"
 
 	"github.com/prefixmesh/prefixmesh/internal/openai"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
-// Sentinel errors of the package; callers test them with errors.Is.
-var (
-	// ErrNoNodes: no node can serve the request (503).
-	ErrNoNodes = errors.New("frontdoor: no node can serve the request")
-	// ErrOverloaded: every candidate is over its load bound, or the router's own in-flight cap
-	// is reached (429).
-	ErrOverloaded = errors.New("frontdoor: overloaded")
-	// ErrDraining: the front door is shutting down (503).
-	ErrDraining = errors.New("frontdoor: draining")
-	// ErrConfig is wrapped by every Validate error.
-	ErrConfig = errors.New("frontdoor: invalid config")
-)
+// ErrConfig is wrapped by every Validate error. The request service's refusals are its own
+// sentinels (requests.ErrNoNodes, ErrOverloaded, ErrDraining), answered here as HTTP: 503, 429,
+// 503 with Connection: close.
+var ErrConfig = errors.New("frontdoor: invalid config")
 
 // Error codes the front door itself answers with.
 const (
 	codeInvalid       = openai.CodeInvalid
 	codeTooLarge      = "request_too_large"
 	codeNotFound      = "not_found"
-	codeModelNotFound = "model_not_found"
+	codeModelNotFound = requests.CodeModelNotFound
 	codeMethod        = "method_not_allowed"
 	codeOverloaded    = "router_overloaded"
 	codeNoNodes       = "no_nodes_available"

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // checkError asserts an OpenAI-shaped error with the status and a message containing msg.
@@ -112,7 +114,7 @@ func (b *blockingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(HeaderCachedTokens, "0")
+	w.Header().Set(requests.HeaderCachedTokens, "0")
 	_, _ = io.WriteString(w, `{"object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}`)
 }
 
@@ -123,13 +125,13 @@ func TestOverload429(t *testing.T) {
 		o    fleetOpts
 		code string
 	}{
-		{"router cap", fleetOpts{cfg: func(c *Config) { c.MaxInFlight = 1 }}, codeOverloaded},
-		{"node cap", fleetOpts{pickerCfg: PolicyPickerConfig{MaxInFlightPerNode: 1}}, codeOverloaded},
+		{"router cap", fleetOpts{svc: func(c *requests.Config) { c.MaxInFlight = 1 }}, codeOverloaded},
+		{"node cap", fleetOpts{pickerCfg: requests.PolicyPickerConfig{MaxInFlightPerNode: 1}}, codeOverloaded},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := newBlockingUpstream()
 			srv := httptestServer(t, up)
-			f := startFrontDoor(t, []NodeTarget{target("n0", srv.URL)}, c.o)
+			f := startFrontDoor(t, []requests.NodeTarget{target("n0", srv.URL)}, c.o)
 			first := make(chan *result, 1)
 			go func() {
 				r, _ := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", `{"prompt":"a"}`, nil)
@@ -169,8 +171,8 @@ func TestNoNodes503(t *testing.T) {
 	draining.Info.Draining = true
 	for _, c := range []struct {
 		name    string
-		targets []NodeTarget
-	}{{"empty", nil}, {"none alive", []NodeTarget{dead, draining}}} {
+		targets []requests.NodeTarget
+	}{{"empty", nil}, {"none alive", []requests.NodeTarget{dead, draining}}} {
 		f := startFrontDoor(t, c.targets, fleetOpts{})
 		resp, err := http.Post(f.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prefixmesh/prefixmesh/router/flow"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -88,7 +89,7 @@ func TestFlowControlUnderLoad(t *testing.T) {
 	fc.Start(t.Context())
 	t.Cleanup(fc.Close)
 	m := &measured{inner: fc, waits: map[string][]time.Duration{}, overtook: map[string][]int64{}}
-	fd, err := New(DefaultConfig(), Deps{Picker: f.picker, Flow: m})
+	fd, err := New(DefaultConfig(), Deps{Service: newServiceWith(t, requests.DefaultConfig(), requests.Deps{Picker: f.picker, Flow: m})})
 	if err != nil {
 		t.Fatal(err)
 	}

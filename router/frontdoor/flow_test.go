@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/prefixmesh/prefixmesh/internal/testenv"
 	"github.com/prefixmesh/prefixmesh/router/flow"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -49,7 +49,7 @@ func TestFlowAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stub := &stubFlow{err: tc.err}
-			fd, err := New(DefaultConfig(), Deps{Picker: f.picker, Flow: stub})
+			fd, err := New(DefaultConfig(), Deps{Service: newServiceWith(t, requests.DefaultConfig(), requests.Deps{Picker: f.picker, Flow: stub})})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,70 +81,5 @@ func TestFlowAnswers(t *testing.T) {
 				t.Fatalf("released %d times, want %d", stub.released, want)
 			}
 		})
-	}
-}
-
-// TestFlowGatewayPick: the gateway's picks are admitted at the same point, with the headers
-// the endpoint picker passes, and released when the pick ends; a shed comes back as the error.
-func TestFlowGatewayPick(t *testing.T) {
-	f := startFleet(t, fleetOpts{nodes: 1, policy: routing.PolicyPrefixMesh})
-	stub := &stubFlow{}
-	fd, err := New(DefaultConfig(), Deps{Picker: f.picker, Flow: stub})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := http.Header{}
-	h.Set(flow.HeaderTenant, "t1")
-	body := []byte(`{"model":"` + simModel + `","prompt":"hello","max_tokens":1}`)
-	pk, err := fd.PickForGateway(t.Context(), &GatewayRequest{Path: "/v1/completions", Header: h, Body: body})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stub.released != 0 {
-		t.Fatal("released before the pick ended")
-	}
-	pk.End(nil)
-	if stub.released != 1 || len(stub.asked) != 1 || stub.asked[0].Tenant != "t1" || stub.asked[0].Model != simModel {
-		t.Fatalf("asked %+v released %d", stub.asked, stub.released)
-	}
-	stub.err = &flow.ShedError{Reason: flow.ReasonQueueFull}
-	if _, err := fd.PickForGateway(t.Context(), &GatewayRequest{Path: "/v1/completions", Body: body}); err != stub.err {
-		t.Fatalf("err %v", err)
-	}
-}
-
-// idleLoads is a fleet of n idle nodes, as flow control reads it.
-type idleLoads int
-
-func (n idleLoads) AppendLoads(dst []flow.NodeLoad, _ string) []flow.NodeLoad {
-	for range int(n) {
-		dst = append(dst, flow.NodeLoad{})
-	}
-	return dst
-}
-
-// TestAllocsFlowAdmission: with flow control on and the fleet not saturated, the front door's
-// admission (reading the class and tenant headers, Admit, release) allocates nothing, so the
-// decision's allocation count (TestAllocsPickDecisionFixed) is the request's with flow control.
-func TestAllocsFlowAdmission(t *testing.T) {
-	testenv.SkipAllocsUnderRace(t)
-	fc, err := flow.New(flow.DefaultConfig(), idleLoads(1000), nil) // headroom 5,000
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{flow: fc}
-	h := http.Header{}
-	h.Set(flow.HeaderPriority, "critical")
-	h.Set("X-Llm-D-Inference-Fairness-Id", "acme")
-	admit := func() {
-		rel, err := s.admitFlow(t.Context(), simModel, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel()
-	}
-	admit() // the model's pool and the tenant's counters are made once
-	if a := testing.AllocsPerRun(1000, admit); a != 0 {
-		t.Fatalf("flow admission allocated %v times per request", a)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/node/simengine"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -70,32 +72,35 @@ func (n *simNode) kill() {
 // nodeList is a NodeSource the test can change.
 type nodeList struct {
 	mu    sync.Mutex // guards nodes
-	nodes []NodeTarget
+	nodes []requests.NodeTarget
 }
 
-func (l *nodeList) Nodes() []NodeTarget {
+func (l *nodeList) Nodes() []requests.NodeTarget {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.nodes
 }
 
-func (l *nodeList) set(nodes []NodeTarget) {
+func (l *nodeList) set(nodes []requests.NodeTarget) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.nodes = nodes
 }
 
-func target(id, url string) NodeTarget {
-	return NodeTarget{Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: 16}, EngineURL: url}
+func target(id, url string) requests.NodeTarget {
+	return requests.NodeTarget{Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: 16}, EngineURL: url}
 }
 
-// fleet is a front door over simulated engines with a PolicyPicker fed from their journals.
+// fleet is a front door over simulated engines, through a request service with a PolicyPicker
+// fed from their journals.
 type fleet struct {
 	nodes  []*simNode
 	list   *nodeList
 	index  *routing.Index
-	picker *PolicyPicker
-	health *Health
+	picker *requests.PolicyPicker
+	health *requests.Health
+	tap    *healthTap // the service's health reports, counted on their way to health
+	svc    *requests.Service
 	fd     *Server
 	srv    *httptest.Server
 	reg    *prometheus.Registry
@@ -108,9 +113,51 @@ type fleetOpts struct {
 	nodes     int
 	engine    simengine.Config
 	policy    string
-	cfg       func(*Config)
-	pickerCfg PolicyPickerConfig
-	health    *HealthConfig
+	cfg       func(*Config)          // the front door's
+	svc       func(*requests.Config) // the request service's
+	pickerCfg requests.PolicyPickerConfig
+	health    *requests.HealthConfig
+}
+
+// healthTap passes every report on to the fleet's Health and counts the failures.
+type healthTap struct {
+	*requests.Health
+	failures atomic.Int64
+}
+
+func (h *healthTap) ReportFailure(node string) {
+	h.failures.Add(1)
+	h.Health.ReportFailure(node)
+}
+
+// newService is a request service with the default configuration over picker.
+func newService(tb testing.TB, picker requests.Picker) *requests.Service {
+	tb.Helper()
+	return newServiceWith(tb, requests.DefaultConfig(), requests.Deps{Picker: picker})
+}
+
+// newServiceWith is a request service with cfg and deps.
+func newServiceWith(tb testing.TB, cfg requests.Config, deps requests.Deps) *requests.Service {
+	tb.Helper()
+	svc, err := requests.New(cfg, deps)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return svc
+}
+
+// newPolicyPicker is the default prefixmesh PolicyPicker over src and idx.
+func newPolicyPicker(tb testing.TB, src requests.NodeSource, idx *routing.Index) *requests.PolicyPicker {
+	tb.Helper()
+	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := requests.NewPolicyPicker(src, idx, routing.NewOverlay(0, 0), pol, requests.PolicyPickerConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
 
 func startFleet(t *testing.T, o fleetOpts) *fleet {
@@ -122,7 +169,7 @@ func startFleet(t *testing.T, o fleetOpts) *fleet {
 		o.engine = fastEngineConfig()
 	}
 	var nodes []*simNode
-	var targets []NodeTarget
+	var targets []requests.NodeTarget
 	for i := range o.nodes {
 		n := startSimNode(t, fmt.Sprintf("node-%d", i), o.engine)
 		nodes = append(nodes, n)
@@ -137,16 +184,16 @@ func startFleet(t *testing.T, o fleetOpts) *fleet {
 }
 
 // startFrontDoor serves a front door with a PolicyPicker over targets on 127.0.0.1:0.
-func startFrontDoor(t *testing.T, targets []NodeTarget, o fleetOpts) *fleet {
+func startFrontDoor(t *testing.T, targets []requests.NodeTarget, o fleetOpts) *fleet {
 	t.Helper()
 	f := &fleet{list: &nodeList{}, index: routing.NewIndex(routing.DefaultIndexConfig()), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	f.list.set(targets)
 	var err error
-	hc := DefaultHealthConfig()
+	hc := requests.DefaultHealthConfig()
 	if o.health != nil {
 		hc = *o.health
 	}
-	if f.health, err = NewHealth(hc, f.list, nil, nil); err != nil {
+	if f.health, err = requests.NewHealth(hc, f.list, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	pol, err := routing.NewPolicy(o.policy, routing.DefaultPolicyConfig())
@@ -155,18 +202,23 @@ func startFrontDoor(t *testing.T, targets []NodeTarget, o fleetOpts) *fleet {
 	}
 	pc := o.pickerCfg
 	pc.Ejector = f.health
-	f.picker, err = NewPolicyPicker(f.list, f.index, routing.NewOverlay(0, 0), pol, pc)
+	f.picker, err = requests.NewPolicyPicker(f.list, f.index, routing.NewOverlay(0, 0), pol, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.picker.Start(t.Context())
 	t.Cleanup(f.picker.Close)
+	sc := requests.DefaultConfig()
+	if o.svc != nil {
+		o.svc(&sc)
+	}
+	f.tap = &healthTap{Health: f.health}
+	f.svc = newServiceWith(t, sc, requests.Deps{Picker: f.picker, Health: f.tap, Nodes: f.list, Ejector: f.health, Registry: f.reg})
 	cfg := DefaultConfig()
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	f.fd, err = New(cfg, Deps{Picker: f.picker, Health: f.health, Nodes: f.list, Ejector: f.health,
-		Registry: f.reg, Logger: newTestLogger(f.logs)})
+	f.fd, err = New(cfg, Deps{Service: f.svc, Registry: f.reg, Logger: newTestLogger(f.logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +351,7 @@ func do(ctx context.Context, client *http.Client, base, path string, body any, h
 	defer resp.Body.Close()
 	r := &result{status: resp.StatusCode, header: resp.Header, estimate: -1, cached: -1}
 	fmt.Sscan(resp.Header.Get(HeaderEstimate), &r.estimate)
-	fmt.Sscan(resp.Header.Get(HeaderCachedTokens), &r.cached)
+	fmt.Sscan(resp.Header.Get(requests.HeaderCachedTokens), &r.cached)
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		raw, err := io.ReadAll(resp.Body)
 		if err != nil {
@@ -484,4 +536,28 @@ func recv[T any](t *testing.T, what string, ch <-chan T) T {
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
+}
+
+// benchFrontDoor serves a front door with the default configuration (tokenizer tok, when not
+// empty) over nodes fake nodes that are all upstreamURL, and returns its URL.
+func benchFrontDoor(tb testing.TB, upstreamURL string, nodes int, tok string) string {
+	tb.Helper()
+	list := &nodeList{}
+	var targets []requests.NodeTarget
+	for i := range nodes {
+		targets = append(targets, target(fmt.Sprintf("n%d", i), upstreamURL))
+	}
+	list.set(targets)
+	sc := requests.DefaultConfig()
+	if tok != "" {
+		sc.Tokenizer = tok
+	}
+	svc := newServiceWith(tb, sc, requests.Deps{Picker: newPolicyPicker(tb, list, routing.NewIndex(routing.DefaultIndexConfig()))})
+	fd, err := New(DefaultConfig(), Deps{Service: svc, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	front := httptest.NewServer(fd.Handler())
+	tb.Cleanup(front.Close)
+	return front.URL
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // frozenNode accepts TCP connections and never answers, as an engine under SIGSTOP does (the
@@ -61,7 +63,8 @@ func (f *frozenNode) close() {
 // A client that stalls its body holds its admission slot only until BodyTimeout: it gets 408,
 // and the router (at --max-inflight=1) serves the next client.
 func TestStalledBodyTimesOut(t *testing.T) {
-	f := startFleet(t, fleetOpts{nodes: 1, cfg: func(c *Config) { c.MaxInFlight = 1; c.BodyTimeout = 300 * time.Millisecond }})
+	f := startFleet(t, fleetOpts{nodes: 1, svc: func(c *requests.Config) { c.MaxInFlight = 1 },
+		cfg: func(c *Config) { c.BodyTimeout = 300 * time.Millisecond }})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +94,7 @@ func TestStalledBodyTimesOut(t *testing.T) {
 func TestFrozenNodeFirstByteTimeout(t *testing.T) {
 	frozen := startFrozenNode(t)
 	good := startSimNode(t, "good", fastEngineConfig())
-	f := startFrontDoor(t, []NodeTarget{target("frozen", frozen.url()), target("good", good.srv.URL)},
+	f := startFrontDoor(t, []requests.NodeTarget{target("frozen", frozen.url()), target("good", good.srv.URL)},
 		fleetOpts{policy: "round-robin", cfg: func(c *Config) { c.FirstByteFloor = 200 * time.Millisecond; c.FirstByteCeiling = time.Second }})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -144,7 +147,7 @@ func retriesByCause(t *testing.T, f *fleet, cause string) float64 {
 func TestEngine429RetriedElsewhere(t *testing.T) {
 	busy := &scriptedUpstream{script: []int{http.StatusTooManyRequests}}
 	ok := &scriptedUpstream{script: []int{http.StatusOK}}
-	f := startFrontDoor(t, []NodeTarget{target("busy", httptestServer(t, busy).URL), target("ok", httptestServer(t, ok).URL)},
+	f := startFrontDoor(t, []requests.NodeTarget{target("busy", httptestServer(t, busy).URL), target("ok", httptestServer(t, ok).URL)},
 		fleetOpts{policy: "round-robin"})
 	for i := range 4 {
 		r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", fmt.Sprintf(`{"prompt":"q%d"}`, i), nil)
@@ -160,7 +163,7 @@ func TestEngine429RetriedElsewhere(t *testing.T) {
 	}
 
 	both := &scriptedUpstream{script: []int{http.StatusTooManyRequests}}
-	g := startFrontDoor(t, []NodeTarget{target("a", httptestServer(t, both).URL), target("b", httptestServer(t, both).URL)}, fleetOpts{})
+	g := startFrontDoor(t, []requests.NodeTarget{target("a", httptestServer(t, both).URL), target("b", httptestServer(t, both).URL)}, fleetOpts{})
 	resp, err := http.Post(g.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +191,7 @@ func (stallingStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A stream that goes quiet is cut at StreamIdleTimeout: the client gets an SSE error event, the
 // metrics a broken stream by node and cause, the log a WARN line.
 func TestIdleStreamCut(t *testing.T) {
-	f := startFrontDoor(t, []NodeTarget{target("n", httptestServer(t, stallingStream{}).URL)},
+	f := startFrontDoor(t, []requests.NodeTarget{target("n", httptestServer(t, stallingStream{}).URL)},
 		fleetOpts{cfg: func(c *Config) { c.StreamIdleTimeout = 200 * time.Millisecond }})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -276,7 +279,7 @@ func (headersThenSilence) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reached the client yet, so the request is retried on a healthy node.
 func TestHeadersThenSilenceRetried(t *testing.T) {
 	good := startSimNode(t, "good", fastEngineConfig())
-	f := startFrontDoor(t, []NodeTarget{target("mute", httptestServer(t, headersThenSilence{}).URL), target("good", good.srv.URL)},
+	f := startFrontDoor(t, []requests.NodeTarget{target("mute", httptestServer(t, headersThenSilence{}).URL), target("good", good.srv.URL)},
 		fleetOpts{policy: "round-robin", cfg: func(c *Config) { c.FirstByteFloor = 200 * time.Millisecond; c.FirstByteCeiling = time.Second }})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -51,9 +52,8 @@ func serveCut(h http.Handler, body string) (aborted bool) {
 func TestCutAnswersDoNotLeak(t *testing.T) {
 	eng := httptestServer(t, cutEngine{})
 	list := &nodeList{}
-	list.set([]NodeTarget{target("n0", eng.URL)})
-	fd, err := New(DefaultConfig(), Deps{Picker: newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig())),
-		Registry: prometheus.NewRegistry()})
+	list.set([]requests.NodeTarget{target("n0", eng.URL)})
+	fd, err := New(DefaultConfig(), Deps{Service: newService(t, newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig()))), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

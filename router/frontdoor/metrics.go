@@ -5,33 +5,28 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // metrics are the front door's Prometheus series.
 type metrics struct {
-	requests  *prometheus.CounterVec   // endpoint, code, outcome
-	decisions *prometheus.CounterVec   // node, policy, reason
-	accuracy  *EstimateAccuracy        // estimate against cached_tokens
-	ttft      prometheus.Histogram     // seconds to the first token (streams) or the response
-	latency   *prometheus.HistogramVec // endpoint
-	retries   *prometheus.CounterVec   // cause
-	ejections *prometheus.CounterVec   // node
+	requests  *prometheus.CounterVec     // endpoint, code, outcome
+	decisions *prometheus.CounterVec     // node, policy, reason
+	accuracy  *requests.EstimateAccuracy // estimate against cached_tokens
+	ttft      prometheus.Histogram       // seconds to the first token (streams) or the response
+	latency   *prometheus.HistogramVec   // endpoint
+	retries   *prometheus.CounterVec     // cause
+	ejections *prometheus.CounterVec     // node
 	// firstByteTimeouts counts attempts whose engine sent no response headers in time, by node.
 	firstByteTimeouts *prometheus.CounterVec
 	// brokenStreams counts responses cut after they began, by node and cause.
 	brokenStreams *prometheus.CounterVec
 	rejected      *prometheus.CounterVec // reason: overloaded, draining, too_large, body_timeout, body_budget
-	// inexact counts requests the router's tokenizer refused to tokenize exactly (routed by
-	// load, without a prefix estimate), by reason (internal/tokenizer.InexactReason).
-	inexact  *prometheus.CounterVec
-	inflight prometheus.Gauge
+	inflight      prometheus.Gauge
 }
 
-// latencyBuckets span a cached short prompt (ms) to a long generation (minutes).
-var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 14)
-
 // reasonBodyBudget is rejected_total's reason for a body refused because the bytes held across
-// requests are at Config.MaxBodyBufferBytes.
+// requests are at the service's body budget (requests.Config.MaxBodyBufferBytes).
 const reasonBodyBudget = "body_budget"
 
 func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics, error) {
@@ -41,11 +36,11 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 			Help: "HTTP requests by endpoint, status code and outcome (complete, or the cause a response was cut after it began)."}, []string{"endpoint", "code", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
 			Help: "Routing decisions by chosen node, policy and reason (retries included)."}, []string{"node", "policy", "reason"}),
-		accuracy: NewEstimateAccuracy(sub),
+		accuracy: requests.NewEstimateAccuracy(sub),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "ttft_seconds",
-			Help: "Time from arrival to the first output token relayed (streams) or to the response headers.", Buckets: latencyBuckets}),
+			Help: "Time from arrival to the first output token relayed (streams) or to the response headers.", Buckets: requests.LatencyBuckets}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "request_duration_seconds",
-			Help: "Time from arrival to the end of the response.", Buckets: latencyBuckets}, []string{"endpoint"}),
+			Help: "Time from arrival to the end of the response.", Buckets: requests.LatencyBuckets}, []string{"endpoint"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
 			Help: "Requests retried on another node before anything reached the client, by the first attempt's failure: connect, first_byte_timeout, status_429, status_5xx."},
 			[]string{"cause"}),
@@ -58,9 +53,6 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 			Help: "Nodes ejected by passive health."}, []string{"node"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
 			Help: "Requests refused before routing, by reason: overloaded, draining, too_large, body_timeout, body_budget."}, []string{"reason"}),
-		inexact: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokenize_inexact_total",
-			Help: "Requests the router cannot tokenize exactly on purpose (routed by load, without a prefix estimate), by reason: no_chat_template, template_feature, number_format, big_integer, python_whitespace, python_repr, tokenizer_feature."},
-			[]string{"reason"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 			Help: "Requests being proxied now."}),
 	}
@@ -80,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 		Help: "Request body bytes held now (buffers as charged to the body budget, --max-body-buffer-bytes)."},
 		func() float64 { return float64(bodies.Held()) })
 	for _, c := range append([]prometheus.Collector{m.requests, m.decisions, m.ttft, m.latency, m.retries, m.ejections,
-		m.rejected, m.inexact, m.inflight, m.firstByteTimeouts, m.brokenStreams, buffered}, m.accuracy.Collectors()...) {
+		m.rejected, m.inflight, m.firstByteTimeouts, m.brokenStreams, buffered}, m.accuracy.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -88,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 	return m, nil
 }
 
-// ObserveEjection counts an ejection; pass it to Health.OnEject.
+// ObserveEjection counts an ejection; pass it to requests.Health.OnEject.
 func (s *Server) ObserveEjection(nodeID string) { s.met.ejections.WithLabelValues(nodeID).Inc() }
 
 // brokenCauses are the causes of broken_streams_total.
@@ -97,7 +89,7 @@ var brokenCauses = []string{causeUpstream, causeIdle, causeDrain, causeUpstreamT
 // ForgetDeparted deletes the per-node series of every node not in present, so the series stay
 // bounded by the fleet however many node ids churn through, and creates at 0 the per-node
 // counters of the nodes present (a node with no ejection yet reads 0, not "no data"); pass it
-// to Health.OnSweep.
+// to requests.Health.OnSweep.
 func (s *Server) ForgetDeparted(present map[string]bool) {
 	for id := range present {
 		s.met.ejections.WithLabelValues(id)

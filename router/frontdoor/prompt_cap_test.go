@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -37,9 +38,9 @@ func idsBody(n int) []byte {
 func TestFrontDoorPromptTokenCap(t *testing.T) {
 	eng := httptestServer(t, okEngine{})
 	list := &nodeList{}
-	list.set([]NodeTarget{target("n0", eng.URL)})
+	list.set([]requests.NodeTarget{target("n0", eng.URL)})
 	reg := prometheus.NewRegistry()
-	fd, err := New(DefaultConfig(), Deps{Picker: newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig())), Registry: reg})
+	fd, err := New(DefaultConfig(), Deps{Service: newService(t, newPolicyPicker(t, list, routing.NewIndex(routing.DefaultIndexConfig()))), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +78,8 @@ func BenchmarkOversizedPrompt(b *testing.B) {
 	eng := httptest.NewServer(okEngine{})
 	defer eng.Close()
 	list := &nodeList{}
-	list.set([]NodeTarget{target("n0", eng.URL)})
-	fd, err := New(DefaultConfig(), Deps{Picker: newPolicyPicker(b, list, routing.NewIndex(routing.DefaultIndexConfig())), Registry: prometheus.NewRegistry()})
+	list.set([]requests.NodeTarget{target("n0", eng.URL)})
+	fd, err := New(DefaultConfig(), Deps{Service: newService(b, newPolicyPicker(b, list, routing.NewIndex(routing.DefaultIndexConfig()))), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // maxAttempts is one try plus one retry on the next-best node: enough to ride over a node that
@@ -24,9 +25,16 @@ import (
 // fleet is failing.
 const maxAttempts = 2
 
+// Response headers the front door adds (beside the engine's own, requests.HeaderCachedTokens
+// among them).
+const (
+	HeaderNode     = "X-Prefixmesh-Node"
+	HeaderEstimate = "X-Prefixmesh-Estimated-Tokens"
+)
+
 // forwardHeaders are the request headers passed to the engine; the body is passed unchanged.
 // Authorization is passed so engines that check an API key (vLLM --api-key) keep doing so.
-var forwardHeaders = []string{"Content-Type", "Accept", "Authorization", "X-Request-Id", HeaderSessionID, "Traceparent", "Tracestate"}
+var forwardHeaders = []string{"Content-Type", "Accept", "Authorization", "X-Request-Id", requests.HeaderSessionID, "Traceparent", "Tracestate"}
 
 // hopHeaders are never copied from the engine's response (RFC 9110 §7.6.1). Content-Length is
 // copied: the body is relayed byte for byte, and a body cut short aborts the connection.
@@ -72,9 +80,9 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			s.writeErr(w, err, &lg)
 			return
 		}
-		if err := s.adm.enter(); err != nil {
+		if err := s.svc.Enter(); err != nil {
 			spanError(adm, err.Error())
-			if errors.Is(err, ErrDraining) {
+			if errors.Is(err, requests.ErrDraining) {
 				s.met.rejected.WithLabelValues("draining").Inc()
 				w.Header().Set("Connection", "close")
 				writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down; retry on another replica")
@@ -83,10 +91,10 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			s.met.rejected.WithLabelValues("overloaded").Inc()
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			writeError(w, http.StatusTooManyRequests, codeOverloaded,
-				fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.cfg.MaxInFlight))
+				fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.svc.MaxInFlight()))
 			return
 		}
-		defer s.adm.leave()
+		defer s.svc.Leave()
 		s.met.inflight.Inc()
 		defer s.met.inflight.Dec()
 
@@ -99,7 +107,7 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		}
 		defer rb.release()
 		body := rb.b
-		g, err := parseGen(body, chat, r.Header)
+		g, err := requests.ParseGen(body, chat, r.Header)
 		if err != nil {
 			spanError(adm, "invalid request")
 			s.countTooLong(err)
@@ -107,14 +115,14 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 			return
 		}
 		admitted(adm, rb.size())
-		g.rawBody = rb
-		if g.tokens != nil {
+		g.Body = rb
+		if g.Tokens != nil {
 			// The prompt's ids are read only while the handler runs (parsing, routing:
 			// Picker.Pick does not keep them).
-			defer openai.ReleaseIDs(g.tokens)
+			defer openai.ReleaseIDs(g.Tokens)
 		}
-		lg.model, lg.stream = g.model, g.stream
-		if g.batch != nil {
+		lg.model, lg.stream = g.Model, g.Stream
+		if g.Batch != nil {
 			lg.endpoint = "" // each prompt logs its own line
 			s.serveBatch(w, r, path, rb, g, start)
 			return
@@ -124,14 +132,14 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 }
 
 // route tokenises a single-prompt request, picks its node and proxies it.
-func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body *reqBody, g *genRequest, start time.Time, lg *reqLog) {
-	base, adapter, err := resolveModel(s.picker.Models(), g.model, derefU64(g.adapterField), g.adapterField != nil)
+func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body *reqBody, g *requests.GenRequest, start time.Time, lg *reqLog) {
+	base, adapter, err := s.svc.ResolveModel(g)
 	if err != nil {
 		s.writeErr(w, err, lg)
 		return
 	}
-	if s.flow != nil {
-		release, err := s.admitFlow(r.Context(), base, r.Header)
+	if s.svc.FlowControl() {
+		release, err := s.svc.AdmitFlow(r.Context(), base, r.Header)
 		if err != nil {
 			s.flowRefused(w, r, err, lg)
 			return
@@ -140,16 +148,14 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 		// the requests this one's end releases see the capacity it freed.
 		defer release()
 	}
-	tctx, tspan := s.tokenizeSpan(r.Context(), g)
-	toks, err := s.promptTokens(tctx, g, base)
-	tokenized(tspan, len(toks), err)
+	toks, err := s.svc.PromptTokens(r.Context(), g, base)
 	if err != nil {
 		lg.err = err.Error()
-		var he *httpError
+		var he *openai.Error
 		if errors.As(err, &he) {
 			s.countTooLong(err)
 			s.writeErr(w, err, lg)
-		} else if errors.Is(err, ErrNoNodes) {
+		} else if errors.Is(err, requests.ErrNoNodes) {
 			writeError(w, http.StatusServiceUnavailable, codeNoNodes, "no node can tokenise the prompt")
 		} else if r.Context().Err() == nil {
 			writeError(w, http.StatusBadGateway, codeTokenize, err.Error())
@@ -157,36 +163,14 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 		return
 	}
 	lg.promptTokens = len(toks)
-	preq := &PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.session}
-	s.proxy(w, r, path, body, preq, g.stream, start, lg)
-}
-
-// promptTokens is the prompt's token ids (tokenised, or the request's own ids) under the
-// prompt token cap: the parser holds id arrays to it as it reads them, and tokenised text and
-// chat are held to it here, by the same check (internal/openai.CheckPromptTokens).
-func (s *Server) promptTokens(ctx context.Context, g *genRequest, base string) ([]uint32, error) {
-	toks, err := s.tok.tokens(ctx, g, base)
-	if err == nil {
-		if err = openai.CheckPromptTokens(len(toks)); err != nil {
-			toks = nil
-		}
-	}
-	return toks, err
-}
-
-// isTooLong reports whether err is a refusal for size (413): a prompt over the token cap.
-func isTooLong(err error) bool {
-	if err == nil {
-		return false // before errors.As, whose target would escape: no allocation on the way through
-	}
-	var he *httpError
-	return errors.As(err, &he) && he.Status == http.StatusRequestEntityTooLarge
+	preq := &requests.PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.Session}
+	s.proxy(w, r, path, body, preq, g.Stream, start, lg)
 }
 
 // countTooLong counts a request refused for its prompt's size under rejected_total's too_large,
 // with the bodies over the byte cap.
 func (s *Server) countTooLong(err error) {
-	if isTooLong(err) {
+	if requests.IsTooLong(err) {
 		s.met.rejected.WithLabelValues("too_large").Inc()
 	}
 }
@@ -199,7 +183,7 @@ func (s *Server) readBodyTimed(w http.ResponseWriter, r *http.Request) (*reqBody
 	// Not every ResponseWriter supports deadlines (httptest.ResponseRecorder does not): the
 	// body is then bounded by its size only.
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	rb, err := readBodyPooled(w, r, s.cfg.MaxBodyBytes, s.bodies)
+	rb, err := readBodyPooled(w, r, s.cfg.MaxBodyBytes, s.svc.Bodies())
 	if err == nil {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
@@ -224,7 +208,7 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		writeError(w, http.StatusTooManyRequests, codeOverloaded,
-			fmt.Sprintf("the router holds %d bytes of request bodies, its limit; retry later", s.cfg.MaxBodyBufferBytes))
+			fmt.Sprintf("the router holds %d bytes of request bodies, its limit; retry later", s.svc.Bodies().Limit()))
 	case errors.As(err, &ne) && ne.Timeout():
 		s.met.rejected.WithLabelValues("body_timeout").Inc()
 		w.Header().Set("Connection", "close")
@@ -235,17 +219,10 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 	}
 }
 
-func derefU64(p *uint64) uint64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
 // writeErr writes an *httpError with its status, anything else as a 500.
 func (s *Server) writeErr(w http.ResponseWriter, err error, lg *reqLog) {
 	lg.err = err.Error()
-	var he *httpError
+	var he *openai.Error
 	if errors.As(err, &he) {
 		openai.WriteError(w, he)
 		return
@@ -279,7 +256,7 @@ const (
 // proxy routes and forwards one request, retrying once on the next-best node when the first
 // attempt fails before any byte reached the client: a connect error, no response headers within
 // the first-byte deadline (streams), a 429 or a 5xx.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body *reqBody, preq *PickRequest, stream bool, start time.Time, lg *reqLog) {
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body *reqBody, preq *requests.PickRequest, stream bool, start time.Time, lg *reqLog) {
 	ctx := r.Context()
 	// One copy buffer for the request: the first bytes of a stream are read into it, and the
 	// relay goes on with it.
@@ -288,21 +265,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 	var exclude []string
 	var last *failure
 	cause := ""
-	promptTokens := -1
-	if preq.Tokens != nil {
-		promptTokens = len(preq.Tokens)
-	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		dctx, decide := s.startSpan(ctx, spans.SpanDecide, trace.SpanKindInternal)
-		pk, err := s.picker.Pick(dctx, preq, exclude)
+		pk, err := s.svc.Pick(ctx, preq, exclude, attempt+1)
 		if err != nil {
-			spanError(decide, err.Error())
-			decide.End()
 			if last != nil {
 				break // no other node: relay the failure we have
 			}
 			lg.err = err.Error()
-			if errors.Is(err, ErrOverloaded) {
+			if errors.Is(err, requests.ErrOverloaded) {
 				s.met.rejected.WithLabelValues("overloaded").Inc()
 				w.Header().Set("Retry-After", retryAfterSeconds)
 				writeError(w, http.StatusTooManyRequests, codeOverloaded, "every node that can serve this request is at its load bound; retry later")
@@ -315,7 +285,6 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			s.met.retries.WithLabelValues(cause).Inc()
 			lg.retries++
 		}
-		decided(decide, &pk, promptTokens, attempt+1)
 		s.met.decisions.WithLabelValues(pk.NodeID, pk.Policy, pk.Reason).Inc()
 		lg.node, lg.policy, lg.reason, lg.estimate = pk.NodeID, pk.Policy, pk.Reason, pk.EstimatedMatchedTokens
 
@@ -364,7 +333,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			drained := errors.Is(at.cause(), errDrainCut)
 			at.failed(err)
 			at.end()
-			pk.Done(Outcome{Status: last.status, Err: last.err, CachedTokens: -1, Latency: time.Since(start)})
+			pk.Done(requests.Outcome{Status: last.status, Err: last.err, CachedTokens: -1, Latency: time.Since(start)})
 			if ctx.Err() != nil {
 				lg.err = "client went away"
 				return // nothing to answer: the client is gone
@@ -378,12 +347,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			// A busy node (429) is healthy; a refused connect, a 5xx or a node that does not
 			// answer in time is not, and the same streak ejects it.
 			if cause != causeStatus429 {
-				s.health.ReportFailure(pk.NodeID)
+				s.svc.Health().ReportFailure(pk.NodeID)
 			}
 			exclude = append(exclude, pk.NodeID)
 			continue
 		}
-		s.health.ReportSuccess(pk.NodeID)
+		s.svc.Health().ReportSuccess(pk.NodeID)
 		s.respond(w, resp, first, *bp, pk, at, start, lg) // ends at
 		return
 	}
@@ -411,12 +380,12 @@ func readFirst(body io.Reader, buf []byte) ([]byte, error) {
 }
 
 // send forwards the original body to the chosen engine.
-func (s *Server) send(ctx context.Context, pk Pick, path string, body *reqBody, h http.Header) (*http.Response, error) {
+func (s *Server) send(ctx context.Context, pk requests.Pick, path string, body *reqBody, h http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pk.EngineURL+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
 	}
-	body.upstreamRequest(req)
+	body.Attach(req)
 	for _, k := range forwardHeaders {
 		if v := h.Values(k); len(v) > 0 {
 			req.Header[k] = v
@@ -438,7 +407,7 @@ func (s *Server) send(ctx context.Context, pk Pick, path string, body *reqBody, 
 // engine, a deadline or the drain ends with an SSE error event and a WARN line. It ends the
 // attempt, deferred: a plain body cut after it began leaves by the abort panic, and an attempt
 // not ended keeps its hook on the server's stop context (and its timers) until shutdown.
-func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf []byte, pk Pick, at *attempt, start time.Time, lg *reqLog) {
+func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf []byte, pk requests.Pick, at *attempt, start time.Time, lg *reqLog) {
 	defer at.end()
 	// The engine's Content-Type, not the request's stream flag, decides how to relay: an engine
 	// may answer an error as JSON to a streaming request.
@@ -455,7 +424,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	cached := -1
-	if c, err := strconv.Atoi(resp.Header.Get(HeaderCachedTokens)); err == nil {
+	if c, err := strconv.Atoi(resp.Header.Get(requests.HeaderCachedTokens)); err == nil {
 		cached = c
 	}
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
@@ -466,21 +435,21 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	if !isSSE {
 		at.firstByte.End() // the answer's first byte came with its headers
 	}
-	obs := newObserver(isSSE, start, cached, at.onFirstToken(pk.FirstToken))
+	obs := requests.NewObserver(isSSE, start, cached, at.onFirstToken(pk.FirstToken))
 	idle := at.watchdog(s.cfg.StreamIdleTimeout, errIdleTimeout)
 	rerr := relay(w, resp.Body, first, buf, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
-	ttft := obs.ttft
+	ttft := obs.TTFT()
 	if !isSSE {
 		ttft = headerAt
 	}
-	lg.cached, lg.ttft = obs.cached, ttft
-	pk.Done(Outcome{Status: resp.StatusCode, CachedTokens: obs.cached, TTFT: ttft, Latency: time.Since(start)})
+	lg.cached, lg.ttft = obs.Cached(), ttft
+	pk.Done(requests.Outcome{Status: resp.StatusCode, CachedTokens: obs.Cached(), TTFT: ttft, Latency: time.Since(start)})
 	if resp.StatusCode == http.StatusOK {
 		if ttft > 0 {
 			s.met.ttft.Observe(ttft.Seconds())
 			s.met.accuracy.ObservePredictedTTFT(pk.ExpectedTTFT)
 		}
-		s.met.accuracy.Observe(pk.EstimatedMatchedTokens, obs.cached, lg.promptTokens)
+		s.met.accuracy.Observe(pk.EstimatedMatchedTokens, obs.Cached(), lg.promptTokens)
 	}
 	if rerr == nil {
 		return
@@ -495,13 +464,13 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 		return
 	case errors.Is(c, errIdleTimeout):
 		cause, msg = causeIdle, fmt.Sprintf("node %s sent nothing for %v; the stream was cut", pk.NodeID, s.cfg.StreamIdleTimeout)
-		s.health.ReportFailure(pk.NodeID)
+		s.svc.Health().ReportFailure(pk.NodeID)
 	case errors.Is(c, errDrainCut):
 		cause, code, msg = causeDrain, codeDraining, "the router shut down before the stream finished; retry on another replica"
 	case errors.Is(c, errUpstreamTimeout):
 		cause, msg = causeUpstreamTime, fmt.Sprintf("the request exceeded the router's upstream timeout of %v", s.cfg.UpstreamTimeout)
 	default:
-		s.health.ReportFailure(pk.NodeID)
+		s.svc.Health().ReportFailure(pk.NodeID)
 	}
 	spanError(at.span, msg)
 	// Too late to retry: bytes reached the client. End a stream with an error event; abort a
@@ -509,7 +478,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	s.met.brokenStreams.WithLabelValues(pk.NodeID, cause).Inc()
 	markBroken(w, cause)
 	lg.err, lg.broken = msg, cause
-	if isSSE && !obs.done {
+	if isSSE && !obs.Done() {
 		writeSSEError(w, code, msg)
 		return
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 const okCompletion = `{"object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}`
@@ -37,7 +39,7 @@ func (s *scriptedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"error":{"message":"scripted failure %d","type":"server_error","code":"boom"}}`, i)
 		return
 	}
-	w.Header().Set(HeaderCachedTokens, "0")
+	w.Header().Set(requests.HeaderCachedTokens, "0")
 	_, _ = io.WriteString(w, okCompletion)
 }
 
@@ -45,7 +47,7 @@ func (s *scriptedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestRetryOnceAfter500(t *testing.T) {
 	up := &scriptedUpstream{script: []int{500, 200}}
 	srv := httptestServer(t, up)
-	f := startFrontDoor(t, []NodeTarget{target("a", srv.URL), target("b", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("a", srv.URL), target("b", srv.URL)}, fleetOpts{})
 	r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", `{"prompt":"hello"}`, nil)
 	if err != nil || r.status != 200 || r.text != "ok" {
 		t.Fatalf("got %+v %v", r, err)
@@ -64,7 +66,7 @@ func TestRetryOnceAfter500(t *testing.T) {
 func TestRetryOnlyOnce(t *testing.T) {
 	up := &scriptedUpstream{script: []int{503}}
 	srv := httptestServer(t, up)
-	f := startFrontDoor(t, []NodeTarget{target("a", srv.URL), target("b", srv.URL), target("c", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("a", srv.URL), target("b", srv.URL), target("c", srv.URL)}, fleetOpts{})
 	resp, err := http.Post(f.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -86,14 +88,14 @@ func TestRetryAfterConnectError(t *testing.T) {
 	ln.Close() // nothing listens there now
 	up := &scriptedUpstream{script: []int{200}}
 	srv := httptestServer(t, up)
-	f := startFrontDoor(t, []NodeTarget{target("dead", deadURL), target("live", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("dead", deadURL), target("live", srv.URL)}, fleetOpts{})
 	for i := range 5 {
 		r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", fmt.Sprintf(`{"prompt":"p%d"}`, i), nil)
 		if err != nil || r.status != 200 || r.header.Get(HeaderNode) != "live" {
 			t.Fatalf("request %d: %+v %v", i, r, err)
 		}
 	}
-	f2 := startFrontDoor(t, []NodeTarget{target("dead", deadURL)}, fleetOpts{})
+	f2 := startFrontDoor(t, []requests.NodeTarget{target("dead", deadURL)}, fleetOpts{})
 	resp, err := http.Post(f2.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +114,7 @@ func TestNoRetryAfterStreamingBegan(t *testing.T) {
 		http.NewResponseController(w).Flush()
 		panic(http.ErrAbortHandler) // the node dies mid-stream
 	}))
-	f := startFrontDoor(t, []NodeTarget{target("a", srv.URL), target("b", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("a", srv.URL), target("b", srv.URL)}, fleetOpts{})
 	r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", `{"prompt":"x","stream":true}`, nil)
 	if err == nil || !strings.Contains(err.Error(), "broke off") || r.text != "par" || r.done {
 		t.Fatalf("got %+v, %v; want the partial text then an error event", r, err)
@@ -134,7 +136,7 @@ func TestBodyCutShortAbortsClient(t *testing.T) {
 		http.NewResponseController(w).Flush()
 		panic(http.ErrAbortHandler)
 	}))
-	f := startFrontDoor(t, []NodeTarget{target("a", srv.URL), target("b", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("a", srv.URL), target("b", srv.URL)}, fleetOpts{})
 	resp, err := http.Post(f.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
 	if err == nil { // the relayed bytes may or may not have reached the client before the abort
 		_, err = io.ReadAll(resp.Body)
@@ -159,12 +161,12 @@ func TestForwardsBodyUnchanged(t *testing.T) {
 		bodies <- b
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Engine", "yes")
-		w.Header().Set(HeaderCachedTokens, "0")
+		w.Header().Set(requests.HeaderCachedTokens, "0")
 		_, _ = io.WriteString(w, okCompletion)
 	}))
-	f := startFrontDoor(t, []NodeTarget{target("a", srv.URL)}, fleetOpts{})
+	f := startFrontDoor(t, []requests.NodeTarget{target("a", srv.URL)}, fleetOpts{})
 	body := "{ \"prompt\" : [1, 2,3],\n \"temperature\": 0.7, \"x_vendor\": {\"k\": [true]} }"
-	h := http.Header{"Authorization": {"Bearer sk-test"}, HeaderSessionID: {"conv-9"}, "Accept-Encoding": {"gzip"}}
+	h := http.Header{"Authorization": {"Bearer sk-test"}, requests.HeaderSessionID: {"conv-9"}, "Accept-Encoding": {"gzip"}}
 	r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", body, h)
 	if err != nil || r.status != 200 {
 		t.Fatalf("%+v %v", r, err)
@@ -173,7 +175,7 @@ func TestForwardsBodyUnchanged(t *testing.T) {
 	if string(b) != body {
 		t.Fatalf("engine got body %q, want %q", b, body)
 	}
-	if req.Header.Get("Authorization") != "Bearer sk-test" || req.Header.Get(HeaderSessionID) != "conv-9" ||
+	if req.Header.Get("Authorization") != "Bearer sk-test" || req.Header.Get(requests.HeaderSessionID) != "conv-9" ||
 		req.Header.Get("Accept-Encoding") != "" || req.URL.Path != "/v1/completions" {
 		t.Fatalf("engine got %s %v", req.URL.Path, req.Header)
 	}

@@ -18,53 +18,35 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/prefixmesh/prefixmesh/internal/bytebudget"
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
-	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
-	"github.com/prefixmesh/prefixmesh/router/flow"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // Deps are the front door's collaborators.
 type Deps struct {
-	// Picker chooses nodes (required).
-	Picker Picker
-	// Health receives every attempt's outcome (optional; Health implements it).
-	Health HealthReporter
-	// Nodes lists the nodes; required when Config.Tokenizer is TokenizerEngine.
-	Nodes NodeSource
-	// Ejector keeps the engine tokenizer away from ejected nodes (optional).
-	Ejector Ejector
+	// Service is the request service the front door serves through (required): admission, the
+	// body budget, flow control, tokenising, the pick and passive health.
+	Service *requests.Service
 	// Registry, when set, receives the metrics and is served on GET /metrics.
 	Registry *prometheus.Registry
 	// Logger receives one line per request (nil: discarded).
 	Logger *slog.Logger
-	// Flow, when set, is flow control (router/flow): every routed request, through the front
-	// door or the gateway's endpoint picker, is admitted by it once its model is known and
-	// before it is tokenised and decided. nil: no flow control.
-	Flow flow.Admitter
 }
 
 // Server is the HTTP front door. Build it with New; serve Handler yourself or call Start, and
 // Shutdown to drain.
 type Server struct {
 	cfg     Config
-	picker  Picker
-	health  HealthReporter
-	tok     promptTokenizer
-	nodes   NodeSource // for /tokenize and /detokenize; may be nil
-	ejector Ejector    // may be nil
-	client  *http.Client
+	svc     *requests.Service
+	client  *http.Client // the service's, toward the engines
 	met     *metrics
 	reg     *prometheus.Registry
 	log     *slog.Logger
 	tracer  trace.Tracer
-	tracing bool          // cfg.TracerProvider records: spans are made (trace.go)
-	flow    flow.Admitter // nil: off
+	tracing bool // cfg.TracerProvider records: spans are made (trace.go)
 	created int64
-	adm     admission
-	bodies  *bytebudget.Budget // request body bytes held, within MaxBodyBufferBytes (body.go)
 	handler http.Handler
 	// stop ends every attempt in flight when Shutdown's deadline passes, so streams end with
 	// an SSE error event instead of a bare EOF.
@@ -81,76 +63,29 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if deps.Picker == nil {
-		return nil, fmt.Errorf("%w: nil Picker", ErrConfig)
+	if deps.Service == nil {
+		return nil, fmt.Errorf("%w: nil Service", ErrConfig)
 	}
-	s := &Server{cfg: cfg, picker: deps.Picker, health: deps.Health, nodes: deps.Nodes, ejector: deps.Ejector, reg: deps.Registry, log: deps.Logger, flow: deps.Flow,
-		created: time.Now().Unix(), adm: admission{max: cfg.MaxInFlight}, bodies: bytebudget.New(cfg.MaxBodyBufferBytes)}
+	if limit := deps.Service.Bodies().Limit(); limit < 2*cfg.MaxBodyBytes {
+		return nil, fmt.Errorf("%w: the service's body budget of %d bytes must hold twice MaxBodyBytes %d (one body at the cap, while it is joined)", ErrConfig, limit, cfg.MaxBodyBytes)
+	}
+	s := &Server{cfg: cfg, svc: deps.Service, client: deps.Service.Client(), reg: deps.Registry, log: deps.Logger, created: time.Now().Unix()}
 	s.stop, s.stopCancel = context.WithCancel(context.Background())
 	s.tracer, s.tracing = spans.Tracer(cfg.TracerProvider, tracerName), spans.Enabled(cfg.TracerProvider)
-	if s.health == nil {
-		s.health = nopHealth{}
-	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
-	}
-	s.client = &http.Client{Transport: newTransport(&cfg)}
-	switch cfg.Tokenizer {
-	case TokenizerNone:
-		s.tok = idsOnly{}
-	case TokenizerEngine:
-		if deps.Nodes == nil {
-			return nil, fmt.Errorf("%w: tokenizer %q needs Deps.Nodes", ErrConfig, TokenizerEngine)
-		}
-		s.tok = &engineTokenizer{src: deps.Nodes, ejector: deps.Ejector, client: s.client}
-	default:
-		t, err := tokenizer.New(cfg.Tokenizer)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		s.tok = embeddedTokenizer{tok: t}
 	}
 	var reg prometheus.Registerer
 	if deps.Registry != nil {
 		reg = deps.Registry
 	}
 	var err error
-	if s.met, err = newMetrics(reg, s.bodies); err != nil {
+	if s.met, err = newMetrics(reg, s.svc.Bodies()); err != nil {
 		return nil, fmt.Errorf("frontdoor: register metrics: %w", err)
-	}
-	if et, ok := s.tok.(embeddedTokenizer); ok {
-		et.inexact = s.met.inexact
-		s.tok = et
 	}
 	s.handler = s.routes()
 	return s, nil
 }
-
-// newTransport is the pooled client toward engines. Compression is off so bytes pass through
-// unchanged, and environment proxies are ignored: engines are in-cluster addresses.
-func newTransport(cfg *Config) *http.Transport {
-	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return copyConn{c}, nil
-		},
-		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
-		IdleConnTimeout:     90 * time.Second,
-		TLSClientConfig:     cfg.UpstreamTLS,
-		TLSHandshakeTimeout: cfg.ConnectTimeout,
-		ForceAttemptHTTP2:   cfg.UpstreamTLS != nil,
-		DisableCompression:  true,
-	}
-}
-
-type nopHealth struct{}
-
-func (nopHealth) ReportFailure(string) {}
-func (nopHealth) ReportSuccess(string) {}
 
 // Handler returns the front door's routes:
 //
@@ -212,7 +147,7 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 		Object string      `json:"object"`
 		Data   []modelJSON `json:"data"`
 	}{Object: "list", Data: []modelJSON{}}
-	for _, m := range s.picker.Models() {
+	for _, m := range s.svc.Models() {
 		list.Data = append(list.Data, modelJSON{ID: m, Object: "model", Created: s.created, OwnedBy: "prefixmesh"})
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -221,7 +156,7 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	if s.adm.isDraining() {
+	if s.svc.Draining() {
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -264,12 +199,13 @@ func (s *Server) Start(ctx context.Context, ln net.Listener) {
 	}()
 }
 
-// Shutdown drains: from now on new requests get 503 with Connection: close; it waits until the
-// requests in flight have finished or ctx ends, then stops the listener started by Start (if
-// any) and closes idle upstream connections. It returns ctx's error if the deadline cut the drain
-// short (the remaining connections are closed, which cancels their upstream requests).
+// Shutdown drains: from now on new requests get 503 with Connection: close (the service admits
+// nothing new, requests.Service.Drain); it waits until the requests in flight have finished or
+// ctx ends, then stops the listener started by Start (if any) and closes idle upstream
+// connections. It returns ctx's error if the deadline cut the drain short (the remaining
+// connections are closed, which cancels their upstream requests).
 func (s *Server) Shutdown(ctx context.Context) error {
-	idle := s.adm.drain()
+	idle := s.svc.Drain()
 	var err error
 	select {
 	case <-idle:
@@ -307,65 +243,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // microseconds, so 1 s only matters for clients that stopped reading.
 const drainEventGrace = time.Second
 
-// admission is the router's own in-flight bound: a counter, not a queue, so a request over the
-// cap is refused at once (429) and a draining server refuses everything new (503).
-type admission struct {
-	mu       sync.Mutex // guards everything below
-	n, max   int
-	draining bool
-	idle     chan struct{} // closed when draining and n reaches 0
-}
-
-func (a *admission) enter() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case a.draining:
-		return ErrDraining
-	case a.n >= a.max:
-		return ErrOverloaded
-	}
-	a.n++
-	return nil
-}
-
-func (a *admission) leave() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.n--
-	if a.n == 0 && a.idle != nil {
-		close(a.idle)
-		a.idle = nil
-	}
-}
-
-func (a *admission) drain() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.draining = true
-	ch := make(chan struct{})
-	if a.n == 0 {
-		close(ch)
-	} else if a.idle != nil {
-		ch = a.idle
-	} else {
-		a.idle = ch
-	}
-	return ch
-}
-
-func (a *admission) isDraining() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.draining
-}
-
 // TLSConfig returns Config.TLS, for callers that serve Handler on their own http.Server.
 func (s *Server) TLSConfig() *tls.Config { return s.cfg.TLS }
 
-// InFlight returns the requests being proxied now.
-func (s *Server) InFlight() int {
-	s.adm.mu.Lock()
-	defer s.adm.mu.Unlock()
-	return s.adm.n
-}
+// InFlight returns the requests being proxied now (the service's in-flight slots).
+func (s *Server) InFlight() int { return s.svc.InFlight() }

@@ -13,11 +13,13 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/testcerts"
 	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// The Stack cmd/router serve builds, with mTLS on both sides from PEM files: clients must show a
-// certificate of the CA to the front door, and the front door shows its own to the engine.
+// The front door over the request service's Stack, as cmd/router serve builds them, with mTLS on
+// both sides from PEM files: clients must show a certificate of the CA to the front door, and
+// the service shows its own to the engine.
 func TestStackWithMutualTLS(t *testing.T) {
 	pki := testcerts.NewCA(t, t.TempDir(), "ca")
 	engCert, engKey := pki.IssueFor(t, "engine", nil, []net.IP{net.IPv4(127, 0, 0, 1)})
@@ -33,43 +35,49 @@ func TestStackWithMutualTLS(t *testing.T) {
 			t.Error("engine: unverified client")
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(HeaderCachedTokens, "0")
+		w.Header().Set(requests.HeaderCachedTokens, "0")
 		_, _ = io.WriteString(w, okCompletion)
 	}))
 	up.TLS = engTLS
 	up.StartTLS()
 	t.Cleanup(up.Close)
 
-	cfg := DefaultStackConfig()
-	if cfg.Server.TLS, err = tlsfiles.Server(routerCert, routerKey, pki.File); err != nil {
+	cfg, fcfg := requests.DefaultStackConfig(), DefaultConfig()
+	if fcfg.TLS, err = tlsfiles.Server(routerCert, routerKey, pki.File); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Server.UpstreamTLS, err = tlsfiles.Client(routerCert, routerKey, pki.File); err != nil {
+	if cfg.Service.UpstreamTLS, err = tlsfiles.Client(routerCert, routerKey, pki.File); err != nil {
 		t.Fatal(err)
 	}
 	nodes := &nodeList{}
-	nodes.set([]NodeTarget{target("n", up.URL)})
+	nodes.set([]requests.NodeTarget{target("n", up.URL)})
 	wrapped := false
-	cfg.WrapPicker = func(p Picker) Picker { wrapped = true; return p }
-	st, err := NewStack(cfg, nodes, routing.NewIndex(routing.DefaultIndexConfig()), prometheus.NewRegistry(), nil)
+	cfg.WrapPicker = func(p requests.Picker) requests.Picker { wrapped = true; return p }
+	reg := prometheus.NewRegistry()
+	st, err := requests.NewStack(cfg, nodes, routing.NewIndex(routing.DefaultIndexConfig()), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !wrapped {
 		t.Fatal("WrapPicker not applied")
 	}
+	fd, err := New(fcfg, Deps{Service: st.Service, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	st.Start(t.Context())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Server.Start(t.Context(), ln)
+	fd.Start(t.Context(), ln)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := st.Shutdown(ctx); err != nil {
+		if err := fd.Shutdown(ctx); err != nil {
 			t.Error(err)
 		}
+		st.Close()
 	})
 	base := "https://" + ln.Addr().String()
 

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // The front door serves HTTPS with Config.TLS and presents a client certificate to engines with
-// Config.UpstreamTLS (mTLS toward the nodes).
+// the request service's requests.Config.UpstreamTLS (mTLS toward the nodes).
 func TestTLSBothWays(t *testing.T) {
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
@@ -28,10 +30,10 @@ func TestTLSBothWays(t *testing.T) {
 	upstreamTLS := trust.Clone()
 	upstreamTLS.Certificates = up.TLS.Certificates // the router's client certificate
 
-	f := startFrontDoor(t, []NodeTarget{target("n", up.URL)}, fleetOpts{cfg: func(c *Config) {
-		c.UpstreamTLS = upstreamTLS
-		c.TLS = &tls.Config{Certificates: up.TLS.Certificates}
-	}})
+	f := startFrontDoor(t, []requests.NodeTarget{target("n", up.URL)}, fleetOpts{
+		svc: func(c *requests.Config) { c.UpstreamTLS = upstreamTLS },
+		cfg: func(c *Config) { c.TLS = &tls.Config{Certificates: up.TLS.Certificates} },
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

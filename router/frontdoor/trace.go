@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // tracerName is the front door's instrumentation scope.
@@ -69,23 +70,10 @@ func admitted(span trace.Span, n int) {
 	span.End()
 }
 
-// decided records a pick on its decide span (spans.Decision's attributes, and the attempt) and
-// ends it; promptTokens is -1 when the prompt was not tokenised.
-func decided(span trace.Span, pk *Pick, promptTokens, attempt int) {
-	if !span.IsRecording() {
-		return
-	}
-	spans.Decision(span, pk.NodeID, pk.Policy, pk.Reason, pk.EstimatedMatchedTokens, pk.ExpectedTTFT, promptTokens)
-	if attempt > 0 {
-		span.SetAttributes(spans.AttrAttempt.Int(attempt))
-	}
-	span.End()
-}
-
 // startUpstream starts an attempt's client span toward pk's engine and, under it, the span that
 // ends at the first byte (a streamed answer: the first output token relayed); the attempt's
 // context derives from it, so the request to the engine carries its traceparent.
-func (s *Server) startUpstream(ctx context.Context, pk *Pick, attempt int) *attempt {
+func (s *Server) startUpstream(ctx context.Context, pk *requests.Pick, attempt int) *attempt {
 	if !s.tracing {
 		at := s.newAttempt(ctx)
 		at.span, at.firstByte = nopSpan, nopSpan
@@ -152,29 +140,6 @@ func (s *Server) injectTrace(ctx context.Context, h http.Header) {
 	h.Del("Traceparent")
 	h.Del("Tracestate")
 	spans.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
-}
-
-// tokenizeSpan starts the span of the router tokenising a text or chat prompt (nopSpan for a
-// prompt of token ids: nothing is tokenised).
-func (s *Server) tokenizeSpan(ctx context.Context, g *genRequest) (context.Context, trace.Span) {
-	if !s.tracing || (!g.chat && g.tokens != nil) {
-		return ctx, nopSpan
-	}
-	return s.tracer.Start(ctx, spans.SpanTokenize)
-}
-
-// tokenized ends the tokenize span with the prompt's length, or err.
-func tokenized(span trace.Span, n int, err error) {
-	if !span.IsRecording() {
-		return
-	}
-	if err != nil {
-		// Not err's text: a tokenizer's or template's message may quote the prompt.
-		span.SetStatus(codes.Error, "tokenize failed")
-	} else {
-		span.SetAttributes(spans.AttrPromptTokens.Int(n))
-	}
-	span.End()
 }
 
 // traceID is the request's trace id for its log line, "" when tracing is off.

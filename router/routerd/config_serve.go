@@ -20,6 +20,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
 	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -83,10 +84,10 @@ type ServeConfig struct {
 	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
 	// MaxInFlight bounds the front door's concurrent requests (429 beyond): 4096, see
-	// frontdoor.Config.MaxInFlight.
+	// requests.Config.MaxInFlight.
 	MaxInFlight int
 	// MaxBodyBufferBytes caps the request body bytes the front door holds across requests
-	// (429 beyond): 512 MiB, see frontdoor.DefaultMaxBodyBufferBytes.
+	// (429 beyond): 512 MiB, see requests.DefaultMaxBodyBufferBytes.
 	MaxBodyBufferBytes int64
 	// BodyTimeout, FirstByteFloor, FirstByteCeiling and StreamIdleTimeout are the front door's
 	// deadlines (frontdoor.Config, where each default says why): 10 s, 2 s, 1 min, 1 min.
@@ -194,8 +195,8 @@ func DefaultServeConfig() ServeConfig {
 		MissPenalty:         routing.DefaultPolicyConfig().MissPenalty,
 		MinLoadBound:        routing.DefaultPolicyConfig().MinLoadBound,
 		Tokenizer:           tokenizer.CL100kBase,
-		MaxInFlight:         frontdoor.DefaultConfig().MaxInFlight,
-		MaxBodyBufferBytes:  frontdoor.DefaultConfig().MaxBodyBufferBytes,
+		MaxInFlight:         requests.DefaultConfig().MaxInFlight,
+		MaxBodyBufferBytes:  requests.DefaultConfig().MaxBodyBufferBytes,
 		BodyTimeout:         frontdoor.DefaultConfig().BodyTimeout,
 		FirstByteFloor:      frontdoor.DefaultConfig().FirstByteFloor,
 		FirstByteCeiling:    frontdoor.DefaultConfig().FirstByteCeiling,
@@ -362,11 +363,11 @@ func (c ServeConfig) Validate() error {
 		return bad("--load-factor %v: %v", c.LoadFactor, err)
 	}
 	switch c.Tokenizer {
-	case frontdoor.TokenizerEngine, frontdoor.TokenizerNone:
+	case requests.TokenizerEngine, requests.TokenizerNone:
 	default:
 		if _, err := tokenizer.New(c.Tokenizer); err != nil {
 			return bad("--tokenizer %q: %v (want %s, %s, %sDIR, %sURL, %s or %s)", c.Tokenizer, err, tokenizer.CL100kBase, tokenizer.Bytes,
-				tokenizer.HFPrefix, tokenizer.RenderPrefix, frontdoor.TokenizerEngine, frontdoor.TokenizerNone)
+				tokenizer.HFPrefix, tokenizer.RenderPrefix, requests.TokenizerEngine, requests.TokenizerNone)
 		}
 	}
 	switch {

@@ -1,12 +1,14 @@
 // Package routerd is the router daemon's life (`prefixmesh-router serve`), importable so that
 // cmd/router and the one-process demo run the same code. It joins the gossip cluster and mirrors
 // every node's cache summary into the routing index; keeps the Raft-replicated pin table as a
-// voter (or follows a voter's); and serves the OpenAI-compatible front door (router/frontdoor)
-// beside /metrics and /healthz on HTTP, and Router.Route, Pins, grpc.health.v1 and reflection
-// on gRPC. Both routing paths read placement pins locally, so a router without Raft quorum keeps
-// routing. config_serve.go holds the flags, serve.go the lifecycle, serve_pins.go the pin plane
-// (store, bootstrap, reconcile with gossip membership, follower), serve_http.go the front door
-// and HTTP mux, serve_tls.go the TLS configurations.
+// voter (or follows a voter's); and serves its three doors over one request service
+// (router/requests): the OpenAI-compatible front door (router/frontdoor) beside /metrics and
+// /healthz on HTTP, Router.Route (with Pins, grpc.health.v1 and reflection) on gRPC, and with
+// --ext-proc-listen the gateway's endpoint picker (router/extproc). Every door reads placement
+// pins locally, so a router without Raft quorum keeps routing. config_serve.go holds the flags,
+// serve.go the lifecycle, serve_pins.go the pin plane (store, bootstrap, reconcile with gossip
+// membership, follower), serve_http.go the request service, the front door and the HTTP mux,
+// serve_extproc.go the endpoint picker, serve_tls.go the TLS configurations.
 package routerd
 
 import (
@@ -257,8 +259,8 @@ func (d *routerd) buildMirror() error {
 
 // buildDecisionPath builds the one decision path of every door (the same policy instance,
 // overlay and in-flight counts, whichever door a request comes through), the sharing of its
-// decisions with the other routers, the front door on it, and the gRPC server with Route, Pins
-// and health (NOT_SERVING until the mirror has synced).
+// decisions with the other routers, the request service and the front door on it, and the gRPC
+// server with Route, Pins and health (NOT_SERVING until the mirror has synced).
 func (d *routerd) buildDecisionPath() error {
 	pol, err := routing.NewPolicy(d.cfg.Policy, d.cfg.policyConfig())
 	if err != nil {
@@ -285,8 +287,8 @@ func (d *routerd) buildDecisionPath() error {
 			return err
 		}
 	}
-	// The OpenAI-compatible front door first, so that Route leaves out the nodes its passive
-	// health ejects, as the front door does.
+	// The request service (and the front door over it) first, so that Route leaves out the
+	// nodes its passive health ejects, as the other doors do.
 	if d.fd, err = newFrontDoor(d.cfg, d.tls, d.agent.Mirror(), d.idx, d.decider, d.plane.table, fc, d.tracer, d.reg, d.logger.With("component", "frontdoor")); err != nil {
 		return err
 	}
@@ -330,7 +332,7 @@ func (d *routerd) buildDecisionPath() error {
 }
 
 // buildDoors builds the HTTP server of the front door (beside /metrics and /healthz) and, with
-// --ext-proc-listen, the inference gateway's endpoint picker on the front door's decision path.
+// --ext-proc-listen, the inference gateway's endpoint picker over the same request service.
 func (d *routerd) buildDoors(ctx context.Context) error {
 	var err error
 	if d.epp, err = newEndpointPicker(d.cfg, d.fd, d.agent.Mirror(), d.conns, d.tracer, d.reg, d.logger.With("component", "extproc")); err != nil {

@@ -26,12 +26,12 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/connstats"
 	"github.com/prefixmesh/prefixmesh/internal/tlsfiles"
 	"github.com/prefixmesh/prefixmesh/router/extproc"
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
 // endpointPicker is the Gateway API Inference Extension endpoint picker on its own listener:
-// ext_proc over the front door's decision path (its Server: parse, tokenizer, pinned picker,
-// in-flight accounting), with grpc.health.v1 for liveness, readiness and ext_proc.
+// ext_proc over the request service the front door also serves through (parse, tokenizer,
+// pinned picker, in-flight accounting), with grpc.health.v1 for liveness, readiness and ext_proc.
 type endpointPicker struct {
 	epp   *extproc.Server
 	srv   *grpc.Server
@@ -165,7 +165,7 @@ func selfSigned(now time.Time) (tls.Certificate, error) {
 }
 
 // newEndpointPicker listens on cfg.ExtProc.Listen; nil when the flag is off.
-func newEndpointPicker(cfg ServeConfig, fd *frontDoor, mirror frontdoor.NodeStatusSource, conns *connstats.Counter,
+func newEndpointPicker(cfg ServeConfig, fd *frontDoor, mirror requests.NodeStatusSource, conns *connstats.Counter,
 	tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*endpointPicker, error) {
 	if cfg.ExtProc.Listen == "" {
 		return nil, nil
@@ -177,7 +177,7 @@ func newEndpointPicker(cfg ServeConfig, fd *frontDoor, mirror frontdoor.NodeStat
 	ecfg := extproc.DefaultConfig()
 	ecfg.Fallbacks = cfg.ExtProc.Fallbacks
 	ecfg.TracerProvider = tp
-	epp, err := extproc.New(ecfg, extproc.Deps{Picker: fd.Server, Nodes: frontdoor.MirrorNodes{M: mirror},
+	epp, err := extproc.New(ecfg, extproc.Deps{Picker: fd.Service, Nodes: requests.MirrorNodes{M: mirror},
 		Registry: reg, Logger: logger})
 	if err != nil {
 		return nil, err

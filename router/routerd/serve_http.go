@@ -19,6 +19,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/router"
 	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -28,47 +29,57 @@ const (
 	idleTimeout       = 2 * time.Minute  // clients' keep-alive connections are reused, then reaped
 )
 
-// frontDoor is the OpenAI-compatible front door over the gossip mirror (frontdoor.Stack), its
-// picker wrapped in router.PinnedPicker so that placement pins hold.
+// frontDoor is the request service over the gossip mirror (requests.Stack), its picker wrapped
+// in router.PinnedPicker so that placement pins hold, and the OpenAI-compatible HTTP front door
+// over it (Server); the endpoint picker is built over the same Service.
 type frontDoor struct {
-	*frontdoor.Stack
-	flow *flow.Controller // nil without --flow-control
+	*requests.Stack
+	Server *frontdoor.Server
+	flow   *flow.Controller // nil without --flow-control
 }
 
-func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror frontdoor.NodeStatusSource, idx *routing.Index, dec *routing.Decider, table router.PinTable,
+func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror requests.NodeStatusSource, idx *routing.Index, dec *routing.Decider, table router.PinTable,
 	fc *flow.Controller, tp trace.TracerProvider, reg *prometheus.Registry, logger *slog.Logger) (*frontDoor, error) {
-	nodes := frontdoor.MirrorNodes{M: mirror}
-	sc := frontdoor.DefaultStackConfig()
-	sc.Server.Tokenizer = cfg.Tokenizer
-	sc.Server.MaxInFlight = cfg.MaxInFlight
-	sc.Server.MaxBodyBufferBytes = cfg.MaxBodyBufferBytes
-	sc.Server.BodyTimeout = cfg.BodyTimeout
-	sc.Server.FirstByteFloor, sc.Server.FirstByteCeiling = cfg.FirstByteFloor, cfg.FirstByteCeiling
-	sc.Server.StreamIdleTimeout = cfg.StreamIdleTimeout
-	if cfg.CORSOrigins != "" {
-		for _, o := range strings.Split(cfg.CORSOrigins, ",") {
-			if o = strings.TrimSpace(o); o != "" {
-				sc.Server.CORSOrigins = append(sc.Server.CORSOrigins, o)
-			}
-		}
-	}
-	sc.Server.TLS = t.http
-	sc.Server.UpstreamTLS = t.upstream
-	sc.Server.TracerProvider = tp
+	nodes := requests.MirrorNodes{M: mirror}
+	sc := requests.DefaultStackConfig()
+	sc.Service.Tokenizer = cfg.Tokenizer
+	sc.Service.MaxInFlight = cfg.MaxInFlight
+	sc.Service.MaxBodyBufferBytes = cfg.MaxBodyBufferBytes
+	sc.Service.UpstreamTLS = t.upstream
+	sc.Service.TracerProvider = tp
 	sc.Policy = cfg.Policy
 	sc.PolicyConfig = cfg.policyConfig()
 	sc.Decider = dec
-	sc.WrapPicker = func(p frontdoor.Picker) frontdoor.Picker {
+	sc.WrapPicker = func(p requests.Picker) requests.Picker {
 		return router.PinnedPicker{Picker: p, Nodes: nodes, Pins: table}
 	}
 	if fc != nil { // never a nil *Controller in the interface: the doors test it against nil
 		sc.Flow = fc
 	}
-	st, err := frontdoor.NewStack(sc, nodes, idx, reg, logger)
+	st, err := requests.NewStack(sc, nodes, idx, reg)
 	if err != nil {
 		return nil, err
 	}
-	return &frontDoor{Stack: st, flow: fc}, nil
+	fcfg := frontdoor.DefaultConfig()
+	fcfg.BodyTimeout = cfg.BodyTimeout
+	fcfg.FirstByteFloor, fcfg.FirstByteCeiling = cfg.FirstByteFloor, cfg.FirstByteCeiling
+	fcfg.StreamIdleTimeout = cfg.StreamIdleTimeout
+	if cfg.CORSOrigins != "" {
+		for _, o := range strings.Split(cfg.CORSOrigins, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				fcfg.CORSOrigins = append(fcfg.CORSOrigins, o)
+			}
+		}
+	}
+	fcfg.TLS = t.http
+	fcfg.TracerProvider = tp
+	srv, err := frontdoor.New(fcfg, frontdoor.Deps{Service: st.Service, Registry: reg, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	st.Health.OnEject(srv.ObserveEjection)
+	st.Health.OnSweep(srv.ForgetDeparted)
+	return &frontDoor{Stack: st, Server: srv, flow: fc}, nil
 }
 
 // start runs the probes, the overlay expiry and flow control's loop until shutdown.
@@ -77,6 +88,13 @@ func (f *frontDoor) start(ctx context.Context) {
 	if f.flow != nil {
 		f.flow.Start(ctx) // ends with ctx, after the doors have drained
 	}
+}
+
+// Shutdown drains the front door within ctx, then stops the service's loops.
+func (f *frontDoor) Shutdown(ctx context.Context) error {
+	err := f.Server.Shutdown(ctx)
+	f.Close()
+	return err
 }
 
 // httpServer serves the router's HTTP listener: /healthz and vLLM's /health (SERVING once the

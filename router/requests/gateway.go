@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"context"
@@ -9,17 +9,13 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/prefixmesh/prefixmesh/internal/openai"
-	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // GatewayRequest is a request that a gateway proxies itself and only asks the router where to
 // send (the ext_proc endpoint picker, router/extproc): the same parse, tokenizer and Picker as
-// the front door's own requests, but nothing is proxied here and nothing is refused for its
-// shape.
+// the front door's requests, but nothing is proxied here and nothing is refused for its shape.
 type GatewayRequest struct {
 	Path   string      // the request's :path; a query string is ignored
 	Header http.Header // read for X-Session-ID; may be nil
@@ -47,13 +43,13 @@ type GatewayPick struct {
 	// Stream is the request's stream flag (false when the body was not parsed).
 	Stream bool
 
-	s     *Server
+	s     *Service
 	start time.Time
 
 	mu        sync.Mutex // guards everything below
 	status    int
 	headAt    time.Duration
-	obs       *observer
+	obs       *Observer
 	servedB   string // the node id that served, when the gateway said so
 	moved     bool   // the accounting moved to servedB (Pick.Reroute)
 	servedEst int    // servedB's estimated matched tokens at the decision, -1 when unknown
@@ -61,19 +57,20 @@ type GatewayPick struct {
 }
 
 // errServedElsewhere ends a pick whose request the gateway sent to another node (a fallback).
-var errServedElsewhere = errors.New("frontdoor: the gateway served the request on another node")
+var errServedElsewhere = errors.New("requests: the gateway served the request on another node")
 
 // PickForGateway decides where a gateway should send r. It returns ErrOverloaded when every
-// candidate is at its load bound and an error wrapping ErrNoNodes when no node can serve; it
-// fails for the body's content only when the prompt is over the prompt token cap
-// (internal/openai.MaxPromptTokens: a 413 *openai.Error, as every door refuses it): any other
-// request it cannot read as an OpenAI generation request (or whose prompt it cannot tokenise
-// exactly) is routed by load alone, and the engine answers it as it would anyway.
-func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*GatewayPick, error) {
+// candidate is at its load bound, an error wrapping ErrNoNodes when no node can serve, and flow
+// control's refusals as they come (router/flow); it fails for the body's content only when the
+// prompt is over the prompt token cap (MaxPromptTokens: a 413 *openai.Error, as every door
+// refuses it): any other request it cannot read as an OpenAI generation request (or whose
+// prompt it cannot tokenise exactly) is routed by load alone, and the engine answers it as it
+// would anyway.
+func (s *Service) PickForGateway(ctx context.Context, r *GatewayRequest) (*GatewayPick, error) {
 	start := time.Now()
 	preq := PickRequest{Alternates: r.Alternates, Allowed: r.Allowed}
 	prompt, stream := -1, false
-	// release is flow control's, once admitted (Server.admitFlow): handed to the pick's Done, or
+	// release is flow control's, once admitted (AdmitFlow): handed to the pick's Done, or
 	// given back here when no pick is made.
 	var release func()
 	admitted := false
@@ -89,34 +86,32 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 		if h == nil {
 			h = http.Header{}
 		}
-		g, err := parseGen(r.Body, chat, h)
-		if isTooLong(err) {
+		g, err := ParseGen(r.Body, chat, h)
+		if IsTooLong(err) {
 			return nil, err
 		}
 		if err == nil {
-			if g.tokens != nil {
+			if g.Tokens != nil {
 				// Read only until Pick returns (it does not keep them).
-				defer openai.ReleaseIDs(g.tokens)
+				defer openai.ReleaseIDs(g.Tokens)
 			}
-			stream = g.stream
-			preq.SessionKey = g.session
-			base, adapter, err := resolveModel(s.picker.Models(), g.model, derefU64(g.adapterField), g.adapterField != nil)
+			stream = g.Stream
+			preq.SessionKey = g.Session
+			base, adapter, err := s.ResolveModel(g)
 			if err == nil {
 				preq.Model, preq.AdapterID = base, adapter
 				if s.flow != nil {
-					// The front door's point: the model known, before tokenising.
+					// Every door's point: the model known, before tokenising.
 					admitted = true
-					if release, err = s.admitFlow(ctx, base, h); err != nil {
+					if release, err = s.AdmitFlow(ctx, base, h); err != nil {
 						return nil, err
 					}
 				}
-				if g.batch == nil {
+				if g.Batch == nil {
 					// A batch goes to one node as it is (the gateway cannot split it):
 					// by load, within its model.
-					tctx, tspan := s.tokenizeSpan(ctx, g)
-					toks, terr := s.promptTokens(tctx, g, base)
-					tokenized(tspan, len(toks), terr)
-					if isTooLong(terr) {
+					toks, terr := s.PromptTokens(ctx, g, base)
+					if IsTooLong(terr) {
 						return nil, terr
 					}
 					if terr == nil && toks != nil {
@@ -133,15 +128,12 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 			h = http.Header{}
 		}
 		var err error
-		if release, err = s.admitFlow(ctx, preq.Model, h); err != nil {
+		if release, err = s.AdmitFlow(ctx, preq.Model, h); err != nil {
 			return nil, err
 		}
 	}
-	dctx, decide := s.startSpan(ctx, spans.SpanDecide, trace.SpanKindInternal)
-	pk, err := s.picker.Pick(dctx, &preq, nil)
+	pk, err := s.Pick(ctx, &preq, nil, 0)
 	if err != nil {
-		spanError(decide, err.Error())
-		decide.End()
 		return nil, err
 	}
 	if release != nil {
@@ -150,7 +142,6 @@ func (s *Server) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatewa
 		pk.Done = func(o Outcome) { done(o); rel() }
 		release = nil
 	}
-	decided(decide, &pk, prompt, 0)
 	return &GatewayPick{Pick: pk, PromptTokens: prompt, Stream: stream, s: s, start: start}, nil
 }
 
@@ -174,7 +165,7 @@ func (g *GatewayPick) ResponseHeaders(status int, h http.Header, servedBy string
 			first = nil // the prefix went to a node the picker cannot count it on: dropped at End
 		}
 	}
-	g.obs = newObserver(strings.HasPrefix(h.Get("Content-Type"), "text/event-stream"), g.start, cached, first)
+	g.obs = NewObserver(strings.HasPrefix(h.Get("Content-Type"), "text/event-stream"), g.start, cached, first)
 }
 
 // fellBack moves the request to the node that served it instead of the chosen one. A gateway
@@ -197,7 +188,7 @@ func (g *GatewayPick) ResponseBody(p []byte) {
 	if g.ended || g.obs == nil {
 		return
 	}
-	g.obs.write(p)
+	g.obs.Write(p)
 }
 
 // End ends the request, once (later calls return the zero Outcome): err is nil when the
@@ -212,8 +203,8 @@ func (g *GatewayPick) End(err error) Outcome {
 	g.ended = true
 	o := Outcome{Status: g.status, Err: err, CachedTokens: -1, Latency: time.Since(g.start)}
 	if g.obs != nil {
-		g.obs.finish()
-		o.CachedTokens, o.TTFT = g.obs.cached, g.obs.ttft
+		g.obs.Finish()
+		o.CachedTokens, o.TTFT = g.obs.Cached(), g.obs.TTFT()
 		if !g.obs.stream {
 			o.TTFT = g.headAt
 		}
@@ -239,7 +230,7 @@ func (g *GatewayPick) End(err error) Outcome {
 }
 
 // errNoResponse ends a pick whose stream closed before any response came back.
-var errNoResponse = errors.New("frontdoor: the gateway saw no response")
+var errNoResponse = errors.New("requests: the gateway saw no response")
 
 // report feeds passive health as the front door's proxy does: a 5xx counts against the node, a
 // 429 (a busy node) against nothing.

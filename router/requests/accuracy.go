@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"time"
@@ -40,7 +40,7 @@ func NewEstimateAccuracy(subsystem string) *EstimateAccuracy {
 			Help: "cached_tokens the engines reported: over engine_prompt_tokens_total, the hit ratio the engines observed."}),
 		predicted: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: subsystem, Name: "predicted_ttft_seconds",
 			Help:    "The TTFT the router predicted for the chosen node, for the requests whose TTFT ttft_seconds observed.",
-			Buckets: latencyBuckets}),
+			Buckets: LatencyBuckets}),
 	}
 }
 

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"cmp"

@@ -1,11 +1,8 @@
-package frontdoor
+package requests
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/local"
@@ -15,8 +12,8 @@ import (
 // stairPicker is a PolicyPicker over nodes fake nodes, node i holding the first i/nodes of
 // prompt's blocks (a staircase of prefix lengths), and the prompt: the fleet the decision
 // benchmarks and the allocation test route over. The nodes come as the router lists them (the
-// gossip mirror's snapshot through MirrorNodes), and passive health may eject them, as in the
-// front door's stack.
+// gossip mirror's snapshot through MirrorNodes), and passive health may eject them, as in
+// Stack.
 func stairPicker(tb testing.TB, nodes, tokens int) (*PolicyPicker, []uint32) {
 	tb.Helper()
 	const bs = 16
@@ -59,27 +56,4 @@ func newPolicyPickerWith(tb testing.TB, src NodeSource, idx *routing.Index, cfg 
 		tb.Fatal(err)
 	}
 	return p
-}
-
-// benchFrontDoor serves a front door with the default configuration (tokenizer tok, when not
-// empty) over nodes fake nodes that are all upstreamURL, and returns its URL.
-func benchFrontDoor(tb testing.TB, upstreamURL string, nodes int, tok string) string {
-	tb.Helper()
-	list := &nodeList{}
-	var targets []NodeTarget
-	for i := range nodes {
-		targets = append(targets, target(fmt.Sprintf("n%d", i), upstreamURL))
-	}
-	list.set(targets)
-	cfg := DefaultConfig()
-	if tok != "" {
-		cfg.Tokenizer = tok
-	}
-	fd, err := New(cfg, Deps{Picker: newPolicyPicker(tb, list, routing.NewIndex(routing.DefaultIndexConfig())), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	front := httptest.NewServer(fd.Handler())
-	tb.Cleanup(front.Close)
-	return front.URL
 }

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"context"
@@ -47,7 +47,7 @@ type Pick struct {
 	Policy                 string
 	Reason                 string
 	// ExpectedTTFT is the node's expected time to first token for this request (ExpectedTTFT);
-	// the front door derives its first-byte deadline from it (0: Config.FirstByteFloor).
+	// the front door derives its first-byte deadline from it (0: its FirstByteFloor).
 	ExpectedTTFT time.Duration
 	// Alternates are the engine URLs of the next-best candidates, best first, when
 	// PickRequest.Alternates asked for them: nothing is committed on them (a gateway retries on

@@ -1,8 +1,7 @@
-package frontdoor
+package requests
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -122,58 +121,44 @@ func TestEjectedCountFollowsEjections(t *testing.T) {
 	check("c left the view", 1, "a")
 }
 
-// A node that keeps failing is ejected from routing (no more requests reach it, no client sees
-// an error thanks to the retry), and a probe brings it back once it answers again.
-func TestEjectionAndProbeRecovery(t *testing.T) {
-	bad := &scriptedUpstream{script: []int{500}}
-	bad.sick.Store(true)
-	good := &scriptedUpstream{script: []int{200}}
-	badSrv, goodSrv := httptestServer(t, bad), httptestServer(t, good)
-	hc := DefaultHealthConfig()
-	hc.ProbeInterval = 5 * time.Millisecond
-	hc.Backoff, hc.MaxBackoff = time.Hour, time.Hour // only the probe may bring it back
-	f := startFrontDoor(t, []NodeTarget{target("bad", badSrv.URL), target("good", goodSrv.URL)}, fleetOpts{health: &hc})
-	send := func(i int) *result {
-		t.Helper()
-		r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", fmt.Sprintf(`{"prompt":"prompt number %d is long enough to fill one whole block of sixteen tokens or more"}`, i), nil)
-		if err != nil || r.status != 200 {
-			t.Fatalf("request %d: %+v %v", i, r, err)
+// A thousand node ids that came, failed, were ejected and left leave nothing behind once the
+// view no longer lists them: the health table holds the present nodes only, and the sweep hook
+// hears which are present.
+func TestChurnedNodesAreForgotten(t *testing.T) {
+	list := &nodeList{}
+	present := []NodeTarget{target("a", "http://a"), target("b", "http://b")}
+	churned := append([]NodeTarget(nil), present...)
+	for i := range 1000 {
+		churned = append(churned, target(fmt.Sprintf("churn-%04d", i), "http://127.0.0.1:1"))
+	}
+	list.set(churned)
+	h, err := NewHealth(DefaultHealthConfig(), list, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heard map[string]bool
+	h.OnSweep(func(p map[string]bool) { heard = p })
+	for _, n := range churned[2:] {
+		for range DefaultHealthConfig().EjectAfter {
+			h.ReportFailure(n.Info.ID)
 		}
-		return r
 	}
-	i := 0
-	for ; !f.health.Ejected("bad"); i++ {
-		if i == 100 {
-			t.Fatal("bad node not ejected after 100 requests")
-		}
-		send(i)
+	if got := h.tracked(); got != 1000 {
+		t.Fatalf("health tracks %d nodes after 1000 failed, want 1000", got)
 	}
-	if bad.hits.Load() != 3 || counterValue(t, f.reg, "prefixmesh_frontdoor_ejections_total") != 1 {
-		t.Fatalf("ejected after %d failures (ejections %v), want 3", bad.hits.Load(), counterValue(t, f.reg, "prefixmesh_frontdoor_ejections_total"))
+	list.set(present) // the churned nodes leave the view
+	h.Sweep()
+	if got := h.tracked(); got != 0 {
+		t.Errorf("health still tracks %d nodes that left", got)
 	}
-	for range 20 {
-		send(i)
-		i++
+	if len(heard) != 2 || !heard["a"] || !heard["b"] {
+		t.Errorf("the sweep hook heard %v, want a and b", heard)
 	}
-	if bad.hits.Load() != 3 {
-		t.Fatalf("ejected node still received requests: %d", bad.hits.Load())
-	}
-	f.health.ProbeOnce(t.Context()) // still sick: stays out
-	if !f.health.Ejected("bad") {
-		t.Fatal("a failing probe brought the node back")
-	}
-	// The node recovers; the probe loop notices.
-	bad.script = []int{200} // no request reaches it while ejected, so no race with the handler
-	bad.sick.Store(false)
-	f.health.Start(t.Context())
-	defer f.health.Close()
-	eventually(t, "the probe to bring the node back", func() bool { return !f.health.Ejected("bad") })
-	before := bad.hits.Load()
-	for j := 0; bad.hits.Load() == before; j++ {
-		if j == 100 {
-			t.Fatal("recovered node gets no traffic")
-		}
-		send(i)
-		i++
-	}
+}
+
+// tracked is how many nodes the health table holds.
+func (h *Health) tracked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.nodes)
 }

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"bytes"
@@ -12,17 +12,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 )
 
-// maxTokenizeResponseBytes bounds an engine's /tokenize answer: 16 MiB holds the ids of a prompt
-// at the body cap (8 MiB of text is at most 8Mi tokens in the worst case, ~2 bytes each in JSON
-// for small ids; real vocabularies give fewer, longer ids).
-const maxTokenizeResponseBytes = 16 << 20
+// MaxTokenizeResponseBytes bounds an engine's /tokenize answer (and the front door's pass-through
+// of one): 16 MiB holds the ids of a prompt at the body cap (8 MiB of text is at most 8Mi tokens
+// in the worst case, ~2 bytes each in JSON for small ids; real vocabularies give fewer, longer
+// ids).
+const MaxTokenizeResponseBytes = 16 << 20
 
 // promptTokenizer turns a request's prompt into the token ids the engine will see.
 type promptTokenizer interface {
-	tokens(ctx context.Context, g *genRequest, model string) ([]uint32, error)
+	tokens(ctx context.Context, g *GenRequest, model string) ([]uint32, error)
 }
 
 // embeddedTokenizer uses a tokenizer of internal/tokenizer: a vocabulary compiled into the router
@@ -33,16 +35,16 @@ type embeddedTokenizer struct {
 	inexact *prometheus.CounterVec // reason; nil in tests that build it bare
 }
 
-func (e embeddedTokenizer) tokens(ctx context.Context, g *genRequest, _ string) ([]uint32, error) {
+func (e embeddedTokenizer) tokens(ctx context.Context, g *GenRequest, _ string) ([]uint32, error) {
 	var toks []uint32
 	var err error
 	switch {
-	case g.chat:
-		toks, err = tokenizer.EncodeChat(ctx, e.tok, g.raw, g.msgs)
-	case g.tokens != nil:
-		return g.tokens, nil
+	case g.Chat:
+		toks, err = tokenizer.EncodeChat(ctx, e.tok, g.Raw, g.Msgs)
+	case g.Tokens != nil:
+		return g.Tokens, nil
 	default:
-		toks, err = tokenizer.EncodePrompt(ctx, e.tok, g.text)
+		toks, err = tokenizer.EncodePrompt(ctx, e.tok, g.Text)
 	}
 	switch {
 	case err == nil:
@@ -56,7 +58,7 @@ func (e embeddedTokenizer) tokens(ctx context.Context, g *genRequest, _ string) 
 		}
 		return nil, nil
 	case errors.Is(err, tokenizer.ErrBadChat):
-		return nil, badRequest("%v", err)
+		return nil, openai.Invalid("", "%v", err)
 	}
 	return nil, err
 }
@@ -64,11 +66,11 @@ func (e embeddedTokenizer) tokens(ctx context.Context, g *genRequest, _ string) 
 // idsOnly accepts token-id prompts only (TokenizerNone).
 type idsOnly struct{}
 
-func (idsOnly) tokens(_ context.Context, g *genRequest, _ string) ([]uint32, error) {
-	if !g.chat && g.tokens != nil {
-		return g.tokens, nil
+func (idsOnly) tokens(_ context.Context, g *GenRequest, _ string) ([]uint32, error) {
+	if !g.Chat && g.Tokens != nil {
+		return g.Tokens, nil
 	}
-	return nil, badRequest("this router has no tokenizer (--tokenizer %s): send the prompt to /v1/completions as an array of token ids", TokenizerNone)
+	return nil, openai.Invalid("", "this router has no tokenizer (--tokenizer %s): send the prompt to /v1/completions as an array of token ids", TokenizerNone)
 }
 
 // engineTokenizer asks a healthy node's engine (POST /tokenize), trying a second node if the
@@ -79,27 +81,27 @@ type engineTokenizer struct {
 	client  *http.Client
 }
 
-// engineTokenizeAttempts is how many nodes are asked before giving up: one retry, as for
-// generation.
-const engineTokenizeAttempts = 2
+// EngineTokenizeAttempts is how many nodes are asked before giving up (here, and by the front
+// door's /tokenize pass-through): one retry, as for generation.
+const EngineTokenizeAttempts = 2
 
-func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model string) ([]uint32, error) {
-	if !g.chat && g.tokens != nil {
-		return g.tokens, nil
+func (e *engineTokenizer) tokens(ctx context.Context, g *GenRequest, model string) ([]uint32, error) {
+	if !g.Chat && g.Tokens != nil {
+		return g.Tokens, nil
 	}
-	var body *reqBody
-	if g.chat && g.rawBody != nil {
+	var body Body
+	if g.Chat && g.Body != nil {
 		// The whole chat body: tools, chat_template_kwargs, add_generation_prompt … all change
 		// the prompt, and vLLM's and SGLang's /tokenize take them.
-		body = g.rawBody
-	} else if g.chat {
-		body = newReqBody(g.raw)
+		body = g.Body
+	} else if g.Chat {
+		body = bytesBody(g.Raw)
 	} else {
-		b, err := json.Marshal(map[string]any{"model": g.model, "prompt": g.text})
+		b, err := json.Marshal(map[string]any{"model": g.Model, "prompt": g.Text})
 		if err != nil {
 			return nil, fmt.Errorf("tokenize: encode request: %w", err)
 		}
-		body = newReqBody(b)
+		body = bytesBody(b)
 	}
 	tried := 0
 	var last error = ErrNoNodes
@@ -108,7 +110,7 @@ func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model strin
 		if !in.Alive || in.Draining || (model != "" && in.Model != model) || (e.ejector != nil && e.ejector.Ejected(in.ID)) {
 			continue
 		}
-		if tried == engineTokenizeAttempts {
+		if tried == EngineTokenizeAttempts {
 			break
 		}
 		tried++
@@ -128,21 +130,21 @@ func (e *engineTokenizer) tokens(ctx context.Context, g *genRequest, model strin
 // takes milliseconds; a node that does not answer in 10 s is hung, and the next node is tried.
 const engineTokenizeTimeout = 10 * time.Second
 
-func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body *reqBody) ([]uint32, error) {
+func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body Body) ([]uint32, error) {
 	ctx, cancel := context.WithTimeout(ctx, engineTokenizeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engineURL+"/tokenize", nil)
 	if err != nil {
 		return nil, err
 	}
-	body.upstreamRequest(req)
+	body.Attach(req)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.client.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenizeResponseBytes))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxTokenizeResponseBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -156,4 +158,13 @@ func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body *reqBo
 		return nil, fmt.Errorf("decode /tokenize answer: %w", err)
 	}
 	return r.Tokens, nil
+}
+
+// bytesBody is a body held in one slice, sent again as it is.
+type bytesBody []byte
+
+func (b bytesBody) Attach(req *http.Request) {
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	req.ContentLength = int64(len(b))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 }

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/tokenizer/tokenizertest"
 )
 
-// TestEmbeddedHFTokenizer: with hf:DIR the front door renders chats with the model's template
+// TestEmbeddedHFTokenizer: with hf:DIR the service renders chats with the model's template
 // from the whole body, adds the BOS to text prompts, answers 400 for a chat the template
 // refuses, and routes a request it cannot tokenize exactly without tokens (not approximately).
 func TestEmbeddedHFTokenizer(t *testing.T) {
@@ -24,9 +25,9 @@ func TestEmbeddedHFTokenizer(t *testing.T) {
 	inexactVec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inexact"}, []string{"reason"})
 	e := embeddedTokenizer{tok: tok, inexact: inexactVec}
 	ctx := context.Background()
-	parse := func(body string, chat bool) *genRequest {
+	parse := func(body string, chat bool) *GenRequest {
 		t.Helper()
-		g, err := parseGen([]byte(body), chat, http.Header{})
+		g, err := ParseGen([]byte(body), chat, http.Header{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +45,7 @@ func TestEmbeddedHFTokenizer(t *testing.T) {
 	}
 
 	_, err = e.tokens(ctx, parse(`{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": true, "continue_final_message": true}`, true), "")
-	var he *httpError
+	var he *openai.Error
 	if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
 		t.Fatalf("conflicting flags: %v, want a 400", err)
 	}

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"fmt"
@@ -89,4 +89,29 @@ func decideOnce(b *testing.B, p *PolicyPicker, req *PickRequest) {
 	}
 	pk.FirstToken()
 	pk.Done(Outcome{Status: 200})
+}
+
+// BenchmarkPick8kTokens64Nodes is one routing decision (hashing, index and overlay estimates,
+// policy, in-flight bookkeeping, Done) for an 8k-token prompt over 64 nodes, each holding a
+// different-length prefix of it; "hash-only" is the floor, hashing the same tokens.
+func BenchmarkPick8kTokens64Nodes(b *testing.B) {
+	p, toks := stairPicker(b, 64, 8192)
+	req := &PickRequest{Tokens: toks, Model: simModel}
+	b.Run("pick", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			pk, err := p.Pick(b.Context(), req, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pk.Done(Outcome{})
+		}
+	})
+	b.Run("hash-only", func(b *testing.B) {
+		b.ReportAllocs()
+		dst := make([]uint64, 0, len(toks)/16)
+		for b.Loop() {
+			dst = local.AppendBlockHashes(dst[:0], toks, 16, 0)
+		}
+	})
 }

@@ -6,29 +6,29 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/prefixmesh/prefixmesh/router/frontdoor"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// PinnedPicker makes a front-door Picker respect placement pins: for a pinned adapter the
-// request's allowed set (PickRequest.Allowed) becomes the adapter's pin set, intersected with
-// any set it already had (a gateway's subset hint), so the policy chooses among the pinned nodes
-// only (and answers ErrNoNodes when none of them can serve); unpinned adapters pass through
+// PinnedPicker makes the request service's Picker respect placement pins: for a pinned adapter
+// the request's allowed set (PickRequest.Allowed) becomes the adapter's pin set, intersected
+// with any set it already had (a gateway's subset hint), so the policy chooses among the pinned
+// nodes only (and answers ErrNoNodes when none of them can serve); unpinned adapters pass through
 // unchanged. The pin table is read locally per request and the set built once, O(pins): the
 // picker tests each node against it in O(1) as it lists the nodes, so a node that joins
 // mid-request is judged like any other. Should a picker that ignores Allowed choose a node
 // outside the pins, the pick is given back and the request re-picked without it, so a pinned
 // adapter never leaves its nodes. Nodes names the nodes for the error when none is pinned.
 type PinnedPicker struct {
-	Picker frontdoor.Picker
-	Nodes  frontdoor.NodeSource
+	Picker requests.Picker
+	Nodes  requests.NodeSource
 	Pins   PinTable
 }
 
-var _ frontdoor.Picker = PinnedPicker{}
+var _ requests.Picker = PinnedPicker{}
 
-// Pick implements frontdoor.Picker.
-func (p PinnedPicker) Pick(ctx context.Context, req *frontdoor.PickRequest, exclude []string) (frontdoor.Pick, error) {
+// Pick implements requests.Picker.
+func (p PinnedPicker) Pick(ctx context.Context, req *requests.PickRequest, exclude []string) (requests.Pick, error) {
 	allowed, pinned := allowedFilter(p.Pins, req.AdapterID)
 	if allowed == nil {
 		return p.Picker.Pick(ctx, req, exclude)
@@ -47,21 +47,21 @@ func (p PinnedPicker) Pick(ctx context.Context, req *frontdoor.PickRequest, excl
 	ex := slices.Clip(exclude)
 	for range maxRepicks {
 		pick, err := p.Picker.Pick(ctx, &r, ex)
-		if errors.Is(err, frontdoor.ErrNoNodes) {
-			return pick, fmt.Errorf("%w: adapter %d is pinned to %v: %w", frontdoor.ErrNoNodes, req.AdapterID, pinned, err)
+		if errors.Is(err, requests.ErrNoNodes) {
+			return pick, fmt.Errorf("%w: adapter %d is pinned to %v: %w", requests.ErrNoNodes, req.AdapterID, pinned, err)
 		}
 		if err != nil || allowed.Has(pick.NodeID) {
 			return pick, err
 		}
-		pick.Done(frontdoor.Outcome{CachedTokens: -1}) // never sent: give the load back
+		pick.Done(requests.Outcome{CachedTokens: -1}) // never sent: give the load back
 		ex = append(ex, pick.NodeID)
 	}
-	return frontdoor.Pick{}, fmt.Errorf("%w: adapter %d is pinned to %v; the picker kept choosing other nodes", frontdoor.ErrNoNodes, req.AdapterID, pinned)
+	return requests.Pick{}, fmt.Errorf("%w: adapter %d is pinned to %v; the picker kept choosing other nodes", requests.ErrNoNodes, req.AdapterID, pinned)
 }
 
 // maxRepicks bounds re-picks after a picker chose a node outside the pins (one that ignores
 // PickRequest.Allowed): each re-pick excludes one more node, and a handful is plenty.
 const maxRepicks = 4
 
-// Models implements frontdoor.Picker.
+// Models implements requests.Picker.
 func (p PinnedPicker) Models() []string { return p.Picker.Models() }

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"context"
@@ -185,7 +185,7 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 		return Pick{}, fmt.Errorf("%w: %w", ErrNoNodes, err)
 	}
 	t := c.Ticket
-	// The first-byte deadline (deadline.go) scales with the chosen node's expected TTFT.
+	// The front door's first-byte deadline scales with the chosen node's expected TTFT.
 	ttft := ExpectedTTFT(&sc.nodes[c.Node], len(req.Tokens)-c.MatchedTokens)
 	pk := Pick{
 		NodeID:                 sc.nodes[c.Node].ID,

@@ -1,29 +1,25 @@
-package frontdoor
+package requests
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"net/http"
-	"sync"
 	"time"
-
-	"github.com/prefixmesh/prefixmesh/internal/openai"
 )
 
-// relayBufBytes is the copy buffer: 32 KiB, io.Copy's size; an SSE chunk is a few hundred bytes,
-// so each Read returns whatever chunks have arrived and is flushed at once.
-const relayBufBytes = 32 << 10
+// maxUsageScanBytes bounds how much of a non-streaming response is kept to read its usage when
+// the engine sent no X-Prefixmesh-Cached-Tokens header: 1 MiB holds any completion's JSON
+// envelope; beyond that the response is relayed without measuring it.
+const maxUsageScanBytes = 1 << 20
 
 // maxSSELineBytes bounds one buffered SSE line while scanning for usage and the first token: an
 // event longer than 1 MiB is relayed but not inspected.
 const maxSSELineBytes = 1 << 20
 
-// observer watches a relayed response for what the router measures: the time of the first output
+// Observer watches a relayed response for what the router measures: the time of the first output
 // token (streams) and the engine's cached_tokens (the final usage chunk of a stream, or the usage
-// of a JSON body). It never changes a byte.
-type observer struct {
+// of a JSON body). It never changes a byte. The front door's relay and a gateway pick's
+// response (GatewayPick) both show it the bytes as they pass. Not safe for concurrent use.
+type Observer struct {
 	stream  bool
 	start   time.Time
 	onFirst func() // called once, at the first output token
@@ -38,12 +34,28 @@ type observer struct {
 	bodyFull bool
 }
 
-func newObserver(stream bool, start time.Time, cached int, onFirst func()) *observer {
-	return &observer{stream: stream, start: start, cached: cached, onFirst: onFirst}
+// NewObserver watches a response that is an SSE stream (stream) or a JSON body, to a request
+// that arrived at start; cached is the engine's cached_tokens header (-1: none, read the
+// usage); onFirst, when not nil, is called once at the first output token.
+func NewObserver(stream bool, start time.Time, cached int, onFirst func()) *Observer {
+	return &Observer{stream: stream, start: start, cached: cached, onFirst: onFirst}
 }
 
-// write inspects p, a piece of the response as relayed.
-func (o *observer) write(p []byte) {
+// Stream reports whether the response is an SSE stream.
+func (o *Observer) Stream() bool { return o.stream }
+
+// TTFT is the time from the request's arrival to the first output token, 0 until it came (and
+// for a JSON body).
+func (o *Observer) TTFT() time.Duration { return o.ttft }
+
+// Cached is the engine's cached_tokens, -1 until known.
+func (o *Observer) Cached() int { return o.cached }
+
+// Done reports whether the stream ended with data: [DONE].
+func (o *Observer) Done() bool { return o.done }
+
+// Write inspects p, a piece of the response as relayed.
+func (o *Observer) Write(p []byte) {
 	if !o.stream {
 		if !o.bodyFull {
 			if len(o.body)+len(p) > maxUsageScanBytes {
@@ -79,7 +91,7 @@ func (o *observer) write(p []byte) {
 }
 
 // event handles one complete SSE line.
-func (o *observer) event(line []byte) {
+func (o *Observer) event(line []byte) {
 	payload, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok {
 		return
@@ -102,8 +114,8 @@ func (o *observer) event(line []byte) {
 	}
 }
 
-// finish completes the observation of a non-streaming body.
-func (o *observer) finish() {
+// Finish completes the observation of a non-streaming body, once it has all been written.
+func (o *Observer) Finish() {
 	if !o.stream && !o.bodyFull && o.cached < 0 {
 		if c, ok := cachedTokens(o.body); ok {
 			o.cached = c
@@ -149,63 +161,4 @@ func cachedTokens(b []byte) (int, bool) {
 		return 0, false
 	}
 	return *r.Usage.Details.Cached, true
-}
-
-// relayBufs pools copy buffers: a 32 KiB allocation per request was most of the front door's
-// garbage (BenchmarkProxy).
-var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufBytes); return &b }}
-
-// errClientGone marks a relay that stopped because writing to the client failed.
-var errClientGone = errors.New("client went away")
-
-// relay copies first (bytes already read from body, in buf or not) and then body to w as it
-// arrives through buf, flushing after every read when streaming, and shows every piece to o;
-// onRead (the idle watchdog's reset) is called after every read that returned bytes. It returns
-// errClientGone when the client stopped reading, the upstream's read error when the upstream
-// broke off, and nil at the upstream's clean end.
-func relay(w http.ResponseWriter, body io.Reader, first, buf []byte, o *observer, onRead func()) error {
-	rc := http.NewResponseController(w)
-	put := func(p []byte) error {
-		onRead()
-		o.write(p)
-		if _, werr := w.Write(p); werr != nil {
-			return errClientGone
-		}
-		if o.stream {
-			if ferr := rc.Flush(); ferr != nil {
-				return errClientGone
-			}
-		}
-		return nil
-	}
-	if len(first) > 0 {
-		if err := put(first); err != nil {
-			return err
-		}
-	}
-	for {
-		n, err := body.Read(buf)
-		if n > 0 {
-			if perr := put(buf[:n]); perr != nil {
-				return perr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			o.finish()
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
-// writeSSEError ends a stream that broke off upstream with an OpenAI-shaped error event, the way
-// engines report a failure after streaming began.
-func writeSSEError(w http.ResponseWriter, code, msg string) {
-	b, _ := json.Marshal(openai.NewErrorBody(http.StatusServiceUnavailable, code, "", msg))
-	_, _ = io.WriteString(w, "data: ")
-	_, _ = w.Write(b)
-	_, _ = io.WriteString(w, "\n\n")
-	_ = http.NewResponseController(w).Flush()
 }

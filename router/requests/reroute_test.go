@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"encoding/json"
@@ -48,12 +48,12 @@ func TestGatewayPickReroute(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p, toks := stairPicker(t, 4, 320)
 			health := &healthLog{}
-			fd, err := New(DefaultConfig(), Deps{Picker: p, Health: health, Registry: prometheus.NewRegistry()})
+			svc, err := New(DefaultConfig(), Deps{Picker: p, Health: health, Registry: prometheus.NewRegistry()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			body, _ := json.Marshal(map[string]any{"model": simModel, "prompt": toks, "max_tokens": 1})
-			gp, err := fd.PickForGateway(t.Context(), &GatewayRequest{Path: "/v1/completions", Body: body, Alternates: 2})
+			gp, err := svc.PickForGateway(t.Context(), &GatewayRequest{Path: "/v1/completions", Body: body, Alternates: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

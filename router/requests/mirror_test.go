@@ -1,8 +1,6 @@
-package frontdoor
+package requests
 
 import (
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,18 +39,4 @@ func TestMirrorNodes(t *testing.T) {
 	if infos, urls := src.AppendEligible(infos[:0], urls[:0], routing.Eligibility{Model: "other"}); len(infos) != 0 || len(urls) != 0 {
 		t.Fatalf("eligible for another model: %+v %v", infos, urls)
 	}
-}
-
-// With --tokenizer none, token ids are routed and text is refused with 400.
-func TestTokenizerNone(t *testing.T) {
-	f := startFleet(t, fleetOpts{nodes: 1, cfg: func(c *Config) { c.Tokenizer = TokenizerNone }})
-	r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/completions", `{"prompt":[1,2,3],"max_tokens":1}`, nil)
-	if err != nil || r.status != 200 {
-		t.Fatalf("ids: %+v %v", r, err)
-	}
-	resp, err := http.Post(f.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"text"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkError(t, "text without tokenizer", resp, http.StatusBadRequest, codeInvalid, "token ids")
 }

@@ -1,9 +1,8 @@
-package frontdoor
+package requests
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,9 +11,9 @@ import (
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// StackConfig configures a Stack: the front door, its PolicyPicker and passive health.
+// StackConfig configures a Stack: the request service, its PolicyPicker and passive health.
 type StackConfig struct {
-	Server Config
+	Service Config
 	// Policy names the routing policy (routing.PolicyNames); PolicyConfig tunes it.
 	Policy       string
 	PolicyConfig routing.PolicyConfig
@@ -24,7 +23,7 @@ type StackConfig struct {
 	// sharer (Policy, PolicyConfig and Picker.MaxInFlightPerNode are then the decider's); nil
 	// builds one over idx with an overlay of its own.
 	Decider *routing.Decider
-	// WrapPicker, when set, wraps the PolicyPicker before the server uses it (for example
+	// WrapPicker, when set, wraps the PolicyPicker before the service uses it (for example
 	// router.PinnedPicker, to respect placement pins).
 	WrapPicker func(Picker) Picker
 	// Flow, when set, is flow control (Deps.Flow).
@@ -33,27 +32,29 @@ type StackConfig struct {
 
 // DefaultStackConfig returns the defaults of each part and the default policy.
 func DefaultStackConfig() StackConfig {
-	return StackConfig{Server: DefaultConfig(), Policy: routing.PolicyPrefixMesh,
+	return StackConfig{Service: DefaultConfig(), Policy: routing.PolicyPrefixMesh,
 		PolicyConfig: routing.DefaultPolicyConfig(), Health: DefaultHealthConfig()}
 }
 
-// Stack is the front door wired to a node source and the summary index: what cmd/router serve
-// needs, built in dependency order (health, picker, server) and stopped in reverse.
+// Stack is the request service wired to a node source and the summary index: what cmd/router
+// serve puts under its doors, built in dependency order (health, picker, service) and stopped in
+// reverse. The doors are built over Stack.Service.
 type Stack struct {
-	Server *Server
-	Picker *PolicyPicker
-	Health *Health
+	Service *Service
+	Picker  *PolicyPicker
+	Health  *Health
 }
 
-// NewStack builds a Stack over nodes and the index the gossip mirror feeds. It starts nothing.
-func NewStack(cfg StackConfig, nodes NodeSource, idx *routing.Index, reg *prometheus.Registry, logger *slog.Logger) (*Stack, error) {
+// NewStack builds a Stack over nodes and the index the gossip mirror feeds; the service's
+// metrics go to reg (nil: none registered). It starts nothing.
+func NewStack(cfg StackConfig, nodes NodeSource, idx *routing.Index, reg prometheus.Registerer) (*Stack, error) {
 	if nodes == nil || idx == nil {
 		return nil, fmt.Errorf("%w: a stack needs a node source and an index", ErrConfig)
 	}
-	if err := cfg.Server.Validate(); err != nil {
+	if err := cfg.Service.Validate(); err != nil {
 		return nil, err
 	}
-	probe := &http.Client{Timeout: cfg.Health.ProbeTimeout, Transport: newTransport(&cfg.Server)}
+	probe := &http.Client{Timeout: cfg.Health.ProbeTimeout, Transport: newTransport(&cfg.Service)}
 	h, err := NewHealth(cfg.Health, nodes, probe, nil)
 	if err != nil {
 		return nil, err
@@ -77,26 +78,24 @@ func NewStack(cfg StackConfig, nodes NodeSource, idx *routing.Index, reg *promet
 	if cfg.WrapPicker != nil {
 		pk = cfg.WrapPicker(p)
 	}
-	s, err := New(cfg.Server, Deps{Picker: pk, Health: h, Nodes: nodes, Ejector: h, Registry: reg, Logger: logger, Flow: cfg.Flow})
+	s, err := New(cfg.Service, Deps{Picker: pk, Health: h, Nodes: nodes, Ejector: h, Flow: cfg.Flow, Registry: reg})
 	if err != nil {
 		return nil, err
 	}
-	h.OnEject(s.ObserveEjection)
-	h.OnSweep(s.ForgetDeparted)
-	return &Stack{Server: s, Picker: p, Health: h}, nil
+	return &Stack{Service: s, Picker: p, Health: h}, nil
 }
 
-// Start starts the health probes and the overlay expiry. It does not block; serve
-// Stack.Server.Handler() (or call Server.Start) to take requests.
+// Start starts the health probes and the overlay expiry. It does not block; build the doors over
+// Stack.Service to take requests.
 func (st *Stack) Start(ctx context.Context) {
 	st.Health.Start(ctx)
 	st.Picker.Start(ctx)
 }
 
-// Shutdown drains the front door within ctx, then stops the background loops.
-func (st *Stack) Shutdown(ctx context.Context) error {
-	err := st.Server.Shutdown(ctx)
+// Close stops the background loops and closes the idle connections to engines; call it once the
+// doors have drained.
+func (st *Stack) Close() {
 	st.Picker.Close()
 	st.Health.Close()
-	return err
+	st.Service.Client().CloseIdleConnections()
 }

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"strings"
@@ -16,38 +16,38 @@ func TestObserver(t *testing.T) {
 		"data: [DONE]\n\n"
 	for cut := 1; cut <= len(stream); cut += 7 {
 		firsts := 0
-		o := newObserver(true, time.Now(), -1, func() { firsts++ })
+		o := NewObserver(true, time.Now(), -1, func() { firsts++ })
 		for i := 0; i < len(stream); i += cut {
-			o.write([]byte(stream[i:min(i+cut, len(stream))]))
+			o.Write([]byte(stream[i:min(i+cut, len(stream))]))
 		}
-		o.finish()
+		o.Finish()
 		if o.cached != 32 || o.ttft <= 0 || !o.done || firsts != 1 {
 			t.Fatalf("reads of %d bytes: cached %d ttft %v done %v firsts %d", cut, o.cached, o.ttft, o.done, firsts)
 		}
 	}
 	// A role-only stream has no first token.
-	o := newObserver(true, time.Now(), 7, nil)
-	o.write([]byte(stream[:strings.Index(stream, ": keep")]))
+	o := NewObserver(true, time.Now(), 7, nil)
+	o.Write([]byte(stream[:strings.Index(stream, ": keep")]))
 	if o.ttft != 0 || o.cached != 7 {
 		t.Fatalf("role chunk: ttft %v cached %d", o.ttft, o.cached)
 	}
 	// JSON bodies: the usage, unless it exceeds the scan cap.
-	o = newObserver(false, time.Now(), -1, nil)
-	o.write([]byte(`{"usage":{"prompt_tokens_details":`))
-	o.write([]byte(`{"cached_tokens":16}}}`))
-	o.finish()
+	o = NewObserver(false, time.Now(), -1, nil)
+	o.Write([]byte(`{"usage":{"prompt_tokens_details":`))
+	o.Write([]byte(`{"cached_tokens":16}}}`))
+	o.Finish()
 	if o.cached != 16 {
 		t.Fatalf("body usage: %d", o.cached)
 	}
-	o = newObserver(false, time.Now(), -1, nil)
-	o.write(make([]byte, maxUsageScanBytes+1))
-	o.finish()
+	o = NewObserver(false, time.Now(), -1, nil)
+	o.Write(make([]byte, maxUsageScanBytes+1))
+	o.Finish()
 	if o.cached != -1 || o.body != nil {
 		t.Fatalf("oversized body kept: cached %d, %d bytes", o.cached, len(o.body))
 	}
 	// An SSE line over the cap is skipped, and the next line is still read.
-	o = newObserver(true, time.Now(), -1, nil)
-	o.write([]byte("data: " + strings.Repeat("x", maxSSELineBytes) + "\n\ndata: [DONE]\n\n"))
+	o = NewObserver(true, time.Now(), -1, nil)
+	o.Write([]byte("data: " + strings.Repeat("x", maxSSELineBytes) + "\n\ndata: [DONE]\n\n"))
 	if !o.done || len(o.line) != 0 {
 		t.Fatalf("after an oversized line: done %v, line %d bytes", o.done, len(o.line))
 	}

@@ -1,4 +1,4 @@
-package frontdoor
+package requests
 
 import (
 	"net/http"
@@ -14,14 +14,14 @@ func FuzzParseGen(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		g, err := parseGen(body, chat, http.Header{})
+		g, err := ParseGen(body, chat, http.Header{})
 		if err != nil {
 			return
 		}
-		if chat && len(g.msgs) == 0 || !chat && g.text == "" && len(g.tokens) == 0 {
+		if chat && len(g.Msgs) == 0 || !chat && g.Text == "" && len(g.Tokens) == 0 {
 			t.Fatalf("accepted %q without a prompt", body)
 		}
-		_, _, _ = resolveModel([]string{"m"}, g.model, derefU64(g.adapterField), g.adapterField != nil)
+		_, _, _ = resolveModel([]string{"m"}, g.Model, derefU64(g.AdapterID), g.AdapterID != nil)
 	})
 }
 
@@ -31,9 +31,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for name, mut := range map[string]func(*Config){
 		"inflight":  func(c *Config) { c.MaxInFlight = 0 },
-		"body":      func(c *Config) { c.MaxBodyBytes = 0 },
+		"bodies":    func(c *Config) { c.MaxBodyBufferBytes = 0 },
 		"connect":   func(c *Config) { c.ConnectTimeout = 0 },
-		"upstream":  func(c *Config) { c.UpstreamTimeout = -1 },
 		"idle":      func(c *Config) { c.MaxIdleConnsPerHost = -1 },
 		"tokenizer": func(c *Config) { c.Tokenizer = "nope" },
 	} {

@@ -1,12 +1,10 @@
-package frontdoor
+package requests
 
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"testing"
 
-	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -111,27 +109,5 @@ func TestPolicyPickerSessionAffinity(t *testing.T) {
 		if pk.NodeID != first || pk.Reason != routing.ReasonSession {
 			t.Fatalf("turn %d went to %s (%s), session is on %s", i, pk.NodeID, pk.Reason, first)
 		}
-	}
-}
-
-// With the embedded tokenizer replaced by the engine's /tokenize, estimates still equal the
-// engine's cached_tokens: both sides tokenise with the same code.
-func TestEngineTokenizer(t *testing.T) {
-	f := startFleet(t, fleetOpts{nodes: 2, cfg: func(c *Config) { c.Tokenizer = TokenizerEngine }})
-	msgs := []tokenizer.ChatMessage{{Role: "system", Content: systemPrompt(1)}}
-	for turn := range 4 {
-		msgs = append(msgs, tokenizer.ChatMessage{Role: "user", Content: fmt.Sprintf("turn %d", turn)})
-		f.syncIndex(t)
-		r, err := do(t.Context(), http.DefaultClient, f.srv.URL, "/v1/chat/completions", chatBody(msgs, turn%2 == 0, 4), nil)
-		if err != nil || r.status != 200 {
-			t.Fatalf("turn %d: %+v %v", turn, r, err)
-		}
-		if r.estimate != r.cached || (turn > 0 && r.cached == 0) {
-			t.Fatalf("turn %d: estimate %d, cached %d", turn, r.estimate, r.cached)
-		}
-		msgs = append(msgs, tokenizer.ChatMessage{Role: "assistant", Content: r.text})
-	}
-	if _, err := New(Config{Tokenizer: TokenizerEngine, MaxInFlight: 1, MaxBodyBytes: 1, ConnectTimeout: 1}, Deps{Picker: f.picker}); err == nil {
-		t.Fatal("engine tokenizer without Deps.Nodes accepted")
 	}
 }
