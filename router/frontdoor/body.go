@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -16,35 +15,13 @@ import (
 
 var _ requests.Body = (*reqBody)(nil)
 
-// Request bodies are read into pooled buffers, one pool per power-of-two size class, so a
-// request allocates nothing that grows with its prompt to hold the body (BenchmarkPromptGrowth).
-const (
-	// minPooledBodyBits is the smallest class, 4 KiB: a short chat body.
-	minPooledBodyBits = 12
-	// maxPooledBodyBits is the largest class, 1 MiB (a 128k-token id prompt is ~800 KB):
-	// larger bodies, up to Config.MaxBodyBytes, are allocated per request rather than kept in
-	// a pool that would hold several MiB per idle class.
-	maxPooledBodyBits = 20
-)
-
-var bodyPools [maxPooledBodyBits - minPooledBodyBits + 1]sync.Pool
-
-// bodyClass is the pool index for an n-byte body, or -1 when n is above the largest class.
-func bodyClass(n int) int {
-	c := max(bits.Len(uint(n-1)), minPooledBodyBits) - minPooledBodyBits
-	if c >= len(bodyPools) {
-		return -1
-	}
-	return c
-}
-
 // reqBody is a request body shared by the handler and every upstream request that re-sends it
 // (the first attempt, a retry, the engine tokenizer). Its buffer goes back to its pool only when
 // all of them let go: the handler's reference ends when it returns, an upstream request's when
 // the Transport closes the request body, which it may do after RoundTrip returned.
 type reqBody struct {
 	b     []byte
-	buf   *[]byte // the pooled buffer b is in; nil when b is not pooled
+	buf   *[]byte // the pooled buffer b is in (requests.GetBody); nil when b is not pooled
 	class int
 	refs  atomic.Int32
 	// charged is what the buffer took from budget (the front door's body budget), given back
@@ -78,7 +55,7 @@ func (rb *reqBody) release() {
 		return
 	}
 	if rb.buf != nil {
-		bodyPools[rb.class].Put(rb.buf)
+		requests.PutBody(rb.class, rb.buf)
 		rb.buf, rb.b = nil, nil
 	}
 	if rb.charged != 0 {
@@ -158,7 +135,7 @@ func (r *bodyReader) Close() error {
 const bodyChunkBytes = 64 << 10
 
 // chunkClass is the pool class of a bodyChunkBytes chunk.
-var chunkClass = bodyClass(bodyChunkBytes)
+var chunkClass = requests.BodyClass(bodyChunkBytes)
 
 // errBodyBudget is a body that would take the bytes the front door holds across requests over
 // the service's body budget, requests.Config.MaxBodyBufferBytes (answered 429).
@@ -177,19 +154,15 @@ func readBodyPooled(w http.ResponseWriter, r *http.Request, limit int64, budget 
 	if n <= 0 || n > bodyChunkBytes {
 		return readChunked(w, r, limit, budget)
 	}
-	c := bodyClass(int(n))
-	size := int64(1) << (c + minPooledBodyBits)
+	c := requests.BodyClass(int(n))
+	size := int64(requests.BodyClassBytes(c))
 	if !budget.Take(size) {
 		return nil, errBodyBudget
 	}
-	bp, _ := bodyPools[c].Get().(*[]byte)
-	if bp == nil {
-		b := make([]byte, size)
-		bp = &b
-	}
+	bp := requests.GetBody(c)
 	buf := (*bp)[:n]
 	if _, err := io.ReadFull(http.MaxBytesReader(w, r.Body, limit), buf); err != nil {
-		bodyPools[c].Put(bp)
+		requests.PutBody(c, bp)
 		budget.Give(size)
 		return nil, shortBody(err, n)
 	}
@@ -217,7 +190,7 @@ func readChunked(w http.ResponseWriter, r *http.Request, limit int64, budget *by
 	var total int64
 	giveBack := func() {
 		for _, bp := range chunks {
-			bodyPools[chunkClass].Put(bp)
+			requests.PutBody(chunkClass, bp)
 		}
 		budget.Give(int64(len(chunks)) * bodyChunkBytes)
 	}
@@ -226,11 +199,7 @@ func readChunked(w http.ResponseWriter, r *http.Request, limit int64, budget *by
 			giveBack()
 			return nil, errBodyBudget
 		}
-		bp, _ := bodyPools[chunkClass].Get().(*[]byte)
-		if bp == nil {
-			b := make([]byte, bodyChunkBytes)
-			bp = &b
-		}
+		bp := requests.GetBody(chunkClass)
 		chunks = append(chunks, bp)
 		k, err := io.ReadFull(src, *bp)
 		total += int64(k)
@@ -254,7 +223,7 @@ func readChunked(w http.ResponseWriter, r *http.Request, limit int64, budget *by
 		// One chunk holds it all: it is the body's buffer.
 		bp := chunks[0]
 		for _, extra := range chunks[1:] {
-			bodyPools[chunkClass].Put(extra)
+			requests.PutBody(chunkClass, extra)
 		}
 		budget.Give(int64(len(chunks)-1) * bodyChunkBytes)
 		rb := &reqBody{b: (*bp)[:total], buf: bp, class: chunkClass, charged: bodyChunkBytes, budget: budget}
@@ -263,8 +232,8 @@ func readChunked(w http.ResponseWriter, r *http.Request, limit int64, budget *by
 	}
 	rb := &reqBody{class: -1, budget: budget}
 	size := total
-	if c := bodyClass(int(total)); c >= 0 {
-		rb.class, size = c, int64(1)<<(c+minPooledBodyBits)
+	if c := requests.BodyClass(int(total)); c >= 0 {
+		rb.class, size = c, int64(requests.BodyClassBytes(c))
 	}
 	if !budget.Take(size) {
 		giveBack()
@@ -272,11 +241,7 @@ func readChunked(w http.ResponseWriter, r *http.Request, limit int64, budget *by
 	}
 	rb.charged = size
 	if rb.class >= 0 {
-		rb.buf, _ = bodyPools[rb.class].Get().(*[]byte)
-		if rb.buf == nil {
-			b := make([]byte, size)
-			rb.buf = &b
-		}
+		rb.buf = requests.GetBody(rb.class)
 		rb.b = (*rb.buf)[:total]
 	} else {
 		rb.b = make([]byte, total)

@@ -35,13 +35,8 @@ func TestReqBodyReleasedByLastHolder(t *testing.T) {
 	}
 }
 
-func TestReqBodyClasses(t *testing.T) {
-	for _, c := range []struct{ n, class int }{{1, 0}, {4096, 0}, {4097, 1}, {1 << 20, maxPooledBodyBits - minPooledBodyBits}, {1<<20 + 1, -1}} {
-		if got := bodyClass(c.n); got != c.class {
-			t.Errorf("bodyClass(%d) = %d, want %d", c.n, got, c.class)
-		}
-	}
-	// A short body (Content-Length less than sent) is an error, not a truncated prompt.
+// A short body (Content-Length less than sent) is an error, not a truncated prompt.
+func TestReqBodyShort(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader([]byte("abc")))
 	r.ContentLength = 10
 	if _, err := readBodyPooled(httptest.NewRecorder(), r, 1<<20, nil); err == nil {

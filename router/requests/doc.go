@@ -14,7 +14,8 @@
 // the view says it is back), the expected TTFT (ttft.go) and the estimate's accuracy against the
 // engine's cached_tokens (accuracy.go; observer.go reads the response as it passes). Service
 // (service.go) holds these for the doors, with the pooled client toward the engines
-// (transport.go); Service.PickForGateway is a gateway's whole request, which the gateway proxies
-// and may move to a fallback node (gateway.go, reroute.go); Stack (stack.go) wires service,
-// picker and health for cmd/router.
+// (transport.go) and the size-class buffers the doors hold bodies in (bodypool.go);
+// Service.PickForGateway is a gateway's whole request, which the gateway proxies and may move to
+// a fallback node (gateway.go, reroute.go); Stack (stack.go) wires service, picker and health
+// for cmd/router.
 package requests
