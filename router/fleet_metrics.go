@@ -5,12 +5,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
-// FleetTier is the tier label of prefixmesh_router_node_blocks: the index holds the blocks the
-// nodes report on the GPU, the only tier a node's summary carries today.
-const FleetTier = "gpu"
+// FleetTier is the tier label of prefixmesh_router_node_blocks: the index counts a node's summary
+// keys, its GPU blocks and one per copy on a lower tier (their tier keys look alike to it), so
+// the gauge is every tier together; each tier's count is the node agent's own metric.
+const FleetTier = "all"
 
 // FleetSource is what the fleet collector reads at every scrape.
 type FleetSource struct {
@@ -33,7 +35,7 @@ type FleetCollector struct {
 
 	info, blocks, capacity, running, waiting, free, queued, inflight, age *prometheus.Desc
 	synced, draining, cold, ejected                                       *prometheus.Desc
-	requests, prompt, matched, uniform                                    *prometheus.Desc
+	requests, prompt, matched, uniform, tiers                             *prometheus.Desc
 }
 
 // NewFleetCollector returns a collector over src.
@@ -63,13 +65,14 @@ func NewFleetCollector(src FleetSource) *FleetCollector {
 		prompt:   g("decided_prompt_tokens_total", "Prompt tokens of the committed decisions."),
 		matched:  g("decided_matched_tokens_total", "Estimated reused tokens on the chosen nodes (as the engines will report cached_tokens)."),
 		uniform:  g("decided_uniform_matched_tokens_total", "Mean estimated reused tokens over each decision's candidates: what a cache-blind (round-robin or random) choice would reuse."),
+		tiers:    g("decided_tier_tokens_total", "Estimated reused tokens on the chosen nodes by tier: the GPU prefixes, and what CPU, disk, storage and remote tiers added to them.", "tier"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *FleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.blocks, c.capacity, c.running, c.waiting, c.free, c.queued, c.inflight,
-		c.age, c.synced, c.draining, c.cold, c.ejected, c.requests, c.prompt, c.matched, c.uniform} {
+		c.age, c.synced, c.draining, c.cold, c.ejected, c.requests, c.prompt, c.matched, c.uniform, c.tiers} {
 		ch <- d
 	}
 }
@@ -114,6 +117,9 @@ func (c *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.prompt, float64(t.PromptTokens))
 		counter(c.matched, float64(t.MatchedTokens))
 		counter(c.uniform, t.UniformMatchedTokens)
+		for i, n := range t.TierTokens { // every tier, 0 included: a rate over it is never "no data"
+			ch <- prometheus.MustNewConstMetric(c.tiers, prometheus.CounterValue, float64(n), local.Tier(i).String())
+		}
 	}
 }
 

@@ -55,7 +55,7 @@ prefixmesh_router_node_info{kv_connector="none",model="m",node="n1",role="both"}
 prefixmesh_router_node_info{kv_connector="nixl",model="m",node="n2",role="prefill"} 1
 # HELP prefixmesh_router_node_blocks KV blocks the router's index holds for the node, by tier.
 # TYPE prefixmesh_router_node_blocks gauge
-prefixmesh_router_node_blocks{node="n1",tier="gpu"} 3
+prefixmesh_router_node_blocks{node="n1",tier="all"} 3
 # HELP prefixmesh_router_node_ejected 1 while passive health keeps the node out of the candidates.
 # TYPE prefixmesh_router_node_ejected gauge
 prefixmesh_router_node_ejected{node="n1"} 0

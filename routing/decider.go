@@ -380,7 +380,7 @@ func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, co
 	d.mu.Unlock()
 
 	if commit != CommitNone {
-		d.totals.add(prompt, c.MatchedTokens, c.matched[:k], nodes)
+		d.totals.add(prompt, c.MatchedTokens, &c.Tiers, c.matched[:k], c.lower[:k], nodes)
 	}
 	if commit != CommitNone && d.hooks.OnDecision != nil {
 		d.hooks.OnDecision(id, c.Hashes, indexed, now)

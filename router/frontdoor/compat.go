@@ -167,7 +167,7 @@ func (s *Server) withCORS(h http.Handler) http.Handler {
 				hd.Set("Access-Control-Allow-Origin", origin)
 				hd.Add("Vary", "Origin")
 			}
-			hd.Set("Access-Control-Expose-Headers", strings.Join([]string{HeaderNode, HeaderEstimate, requests.HeaderCachedTokens, "Retry-After"}, ", "))
+			hd.Set("Access-Control-Expose-Headers", strings.Join([]string{HeaderNode, HeaderEstimate, HeaderEstimateTiers, requests.HeaderCachedTokens, "Retry-After"}, ", "))
 			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 				hd.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 				hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id, "+requests.HeaderSessionID)

@@ -17,7 +17,9 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/httpstatus"
 	"github.com/prefixmesh/prefixmesh/internal/openai"
 	"github.com/prefixmesh/prefixmesh/internal/tracing/spans"
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/router/requests"
+	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // maxAttempts is one try plus one retry on the next-best node: enough to ride over a node that
@@ -30,6 +32,9 @@ const maxAttempts = 2
 const (
 	HeaderNode     = "X-Prefixmesh-Node"
 	HeaderEstimate = "X-Prefixmesh-Estimated-Tokens"
+	// HeaderEstimateTiers splits the estimate by tier ("gpu=128,cpu=256"), present when the
+	// node's lower tiers add to its GPU prefix.
+	HeaderEstimateTiers = "X-Prefixmesh-Estimated-Tiers"
 )
 
 // forwardHeaders are the request headers passed to the engine; the body is passed unchanged.
@@ -420,6 +425,9 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	}
 	w.Header().Set(HeaderNode, pk.NodeID)
 	w.Header().Set(HeaderEstimate, strconv.Itoa(pk.EstimatedMatchedTokens))
+	if pk.EstimatedTiers.Lower() > 0 {
+		w.Header().Set(HeaderEstimateTiers, tierHeader(&pk.EstimatedTiers))
+	}
 	if resp.StatusCode == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
@@ -557,4 +565,22 @@ func (s *Server) logRequest(ctx context.Context, lg *reqLog, status int, latency
 		attrs = append(attrs, slog.String("trace_id", id))
 	}
 	s.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// tierHeader writes an estimate's nonzero tiers as "gpu=128,cpu=256" (the GPU always first).
+func tierHeader(t *routing.TierTokens) string {
+	var b [96]byte
+	out := b[:0]
+	for tier, n := range t {
+		if n == 0 && tier != int(local.TierGPU) {
+			continue
+		}
+		if len(out) > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, local.Tier(tier).String()...)
+		out = append(out, '=')
+		out = strconv.AppendInt(out, int64(n), 10)
+	}
+	return string(out)
 }

@@ -44,8 +44,11 @@ type Pick struct {
 	NodeID                 string
 	EngineURL              string // scheme://host:port of the node's OpenAI-compatible engine
 	EstimatedMatchedTokens int
-	Policy                 string
-	Reason                 string
+	// EstimatedTiers splits the estimate by tier: the GPU prefix and what the node's lower tiers
+	// (CPU, disk, a shared store) add to it, before the engine's last-token rule.
+	EstimatedTiers routing.TierTokens
+	Policy         string
+	Reason         string
 	// ExpectedTTFT is the node's expected time to first token for this request (ExpectedTTFT);
 	// the front door derives its first-byte deadline from it (0: its FirstByteFloor).
 	ExpectedTTFT time.Duration

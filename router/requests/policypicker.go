@@ -191,6 +191,7 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 		NodeID:                 sc.nodes[c.Node].ID,
 		EngineURL:              sc.urls[c.Node],
 		EstimatedMatchedTokens: c.MatchedTokens,
+		EstimatedTiers:         c.Tiers,
 		Policy:                 p.dec.Policy().Name(),
 		Reason:                 c.Reason,
 		ExpectedTTFT:           ttft,
