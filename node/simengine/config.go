@@ -43,7 +43,7 @@ type Config struct {
 	MaxBodyBytes int64
 	// CPUBlocks is the CPU KV tier's capacity in GPU-sized blocks: 0, off, as vLLM runs without
 	// its OffloadingConnector. When set, every full chunk the GPU pool evicts spills into it
-	// (cputier.go), LRU makes room, and a request's GPU prefix is continued by the blocks the
+	// (kvpool.CPUTier), LRU makes room, and a request's GPU prefix is continued by the blocks the
 	// tier holds, loaded back at CPULoadTokensPerSec instead of prefilled. It must be a multiple
 	// of CPUChunkBlocks and at most MaxCPUBlocks.
 	CPUBlocks int

@@ -16,7 +16,7 @@
 // X-Prefixmesh-Cached-Tokens header, which is how the router measures its estimates.
 //
 // With Config.CPUBlocks set the engine also has a CPU KV tier, as vLLM with its
-// OffloadingConnector: the chunks the GPU pool evicts spill into it (spill.go, cputier.go), and
+// OffloadingConnector: the chunks the GPU pool evicts spill into it (local/kvpool: spill.go, cputier.go), and
 // at admission the run of blocks it holds right after the GPU prefix is loaded back into the
 // GPU (the sequence's fresh blocks, inserted with the rest of the prompt after prefill) at
 // CPULoadTokensPerSec, on the prefill lane, before the uncached remainder is prefilled. The
@@ -74,8 +74,8 @@ type Engine struct {
 
 	mu             sync.Mutex // guards everything below
 	pool           *kvpool.Pool
-	cpu            *cpuTier    // the CPU tier; nil unless Config.CPUBlocks is set
-	spill          *spillCache // the pool's cache when cpu is set
+	cpu            *kvpool.CPUTier    // the CPU tier; nil unless Config.CPUBlocks is set
+	spill          *kvpool.SpillCache // the pool's cache when cpu is set
 	running        int
 	queue          []*waiter // FIFO of requests waiting for a slot and blocks
 	prefilling     *ticket   // the request on the prefill lane; nil when the lane is idle
@@ -130,12 +130,12 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 	}
 	var (
 		pc    local.PrefixCache = cache
-		cpu   *cpuTier
-		spill *spillCache
+		cpu   *kvpool.CPUTier
+		spill *kvpool.SpillCache
 	)
 	if cfg.CPUBlocks > 0 {
-		cpu = newCPUTier(cfg.CPUBlocks, cfg.CPUChunkBlocks, cfg.BlockSize)
-		spill = newSpillCache(cache, cpu, cfg.KVBlocks, cfg.BlockSize)
+		cpu = kvpool.NewCPUTier(cfg.CPUBlocks, cfg.CPUChunkBlocks, cfg.BlockSize)
+		spill = kvpool.NewSpillCache(cache, cpu, cfg.KVBlocks, cfg.BlockSize)
 		pc = spill
 	}
 	pool, err := kvpool.New(pc, cfg.KVBlocks, cfg.BlockSize)
@@ -177,7 +177,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.events = ev
 		if e.cpu != nil {
-			e.cpu.record = true
+			e.cpu.Record = true
 		}
 	}
 	e.started = true
@@ -290,7 +290,7 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 	w := &waiter{tokens: tokens, adapter: adapter, out: out, ready: make(chan struct{})}
 	gpu, cpu := e.peekTiersLocked(tokens, adapter)
 	if e.cpu != nil {
-		cpu = e.cpu.loadable(cpu)
+		cpu = e.cpu.Loadable(cpu)
 	}
 	w.est = len(tokens) - gpu - cpu
 	e.pendingPrefill += w.est
@@ -338,7 +338,7 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 	if e.cpu != nil {
 		// vLLM asks its connector for the tokens beyond the local hit
 		// (get_num_new_matched_tokens(request, num_new_local_computed_tokens)) and counts both.
-		cont := e.cpu.loadable(e.cpu.continuation(tokens, adapter, seq.MatchedTokens(), true))
+		cont := e.cpu.Loadable(e.cpu.Continuation(tokens, adapter, seq.MatchedTokens(), true))
 		withCPU := local.EngineCachedTokens(seq.MatchedTokens()+cont, len(tokens), bs)
 		loaded, cached = withCPU-cached, withCPU
 	}
@@ -364,7 +364,7 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 func (e *Engine) peekTiersLocked(tokens []uint32, adapter uint64) (gpu, cpu int) {
 	gpu = e.cache.PeekMatchedTokens(tokens, e.cfg.BlockSize, adapter)
 	if e.cpu != nil {
-		cpu = e.cpu.continuation(tokens, adapter, gpu, false)
+		cpu = e.cpu.Continuation(tokens, adapter, gpu, false)
 	}
 	return gpu, cpu
 }
@@ -384,7 +384,8 @@ func (e *Engine) TierStats() TierStats {
 	if e.cpu == nil {
 		return TierStats{}
 	}
-	return TierStats{CPUBlocks: e.cpu.blocks(), Stored: e.cpu.stored, Evicted: e.cpu.evicted, Unspillable: e.spill.broken}
+	blocks, stored, evicted := e.cpu.Stats()
+	return TierStats{CPUBlocks: blocks, Stored: stored, Evicted: evicted, Unspillable: e.spill.Broken}
 }
 
 // dispatchLocked admits queued requests in order while the prefill lane is idle and slots and

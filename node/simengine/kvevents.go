@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/local/kvpool"
 	"github.com/prefixmesh/prefixmesh/node/kvevents"
 )
 
@@ -19,7 +20,7 @@ import (
 // the canonical hashes mixed with a per-engine secret, so they are opaque to the subscriber (as
 // vLLM's sha256 hashes are) and a mirror that confused them with canonical hashes would fail.
 //
-// The CPU tier's changes (cputier.go) go first in the same batch, in the order they happened, as
+// The CPU tier's changes (kvpool.CPUTier) go first in the same batch, in the order they happened, as
 // vLLM ≥ 0.24 writes them with self_describing_kv_events
 // (vllm/distributed/kv_transfer/kv_connector/v1/offloading/events.py): a stored chunk is one
 // BlockStored with medium "CPU" naming the chunk's constituent per-block hashes, the whole
@@ -39,6 +40,7 @@ type eventPublisher struct {
 	evs    []local.SummaryEvent
 	out    []kvevents.Event
 	cpuHs  []uint64 // the CPU ops' published hashes, which their events' Hashes slice
+	cpuOps []kvpool.TierOp
 	lost   uint64
 }
 
@@ -67,7 +69,7 @@ func (e *Engine) publishLocked(tokens []uint32, adapter uint64) {
 		p.log.Error("kv events: summary journal overran; publishing AllBlocksCleared", "lost", p.lost)
 		p.pub.Publish(float64(time.Now().UnixNano())/1e9, []kvevents.Event{{Kind: kvevents.KindCleared}})
 		if e.cpu != nil { // the CPU tier's held chunks are lost to the mirror too until re-stored
-			e.cpu.resetOps()
+			e.cpu.ResetOps()
 		}
 		return
 	}
@@ -123,27 +125,32 @@ func (e *Engine) publishLocked(tokens []uint32, adapter uint64) {
 // and forgets them. The events' hashes live in p.cpuHs, filled before any event slices it; their
 // tokens alias the tier's op buffer, which nothing appends to before this publish has encoded
 // them (both under the engine's mutex).
-func (p *eventPublisher) appendCPU(out []kvevents.Event, t *cpuTier) []kvevents.Event {
-	if t == nil || len(t.ops) == 0 {
+func (p *eventPublisher) appendCPU(out []kvevents.Event, t *kvpool.CPUTier) []kvevents.Event {
+	if t == nil {
 		return out
 	}
+	p.cpuOps = t.Ops(p.cpuOps[:0])
 	p.cpuHs = p.cpuHs[:0]
-	for _, h := range t.opHashes {
-		p.cpuHs = append(p.cpuHs, p.engineHash(h))
+	for _, op := range p.cpuOps {
+		for _, h := range op.Hashes {
+			p.cpuHs = append(p.cpuHs, p.engineHash(h))
+		}
 	}
-	for _, op := range t.ops {
-		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierCPU, Hashes: p.cpuHs[op.h0:op.h1]}
-		if op.removed {
+	h0 := 0
+	for _, op := range p.cpuOps {
+		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierCPU, Hashes: p.cpuHs[h0 : h0+len(op.Hashes)]}
+		h0 += len(op.Hashes)
+		if op.Removed {
 			ev.Kind = kvevents.KindRemoved
 		} else {
-			ev.Tokens, ev.BlockSize, ev.LoRAName = t.opTokens[op.t0:op.t1], p.bs, loraName(op.adapter)
-			if op.hasParent {
-				ev.Parent, ev.HasParent = p.engineHash(op.parent), true
+			ev.Tokens, ev.BlockSize, ev.LoRAName = op.Tokens, p.bs, loraName(op.Adapter)
+			if op.HasParent {
+				ev.Parent, ev.HasParent = p.engineHash(op.Parent), true
 			}
 		}
 		out = append(out, ev)
 	}
-	t.resetOps()
+	t.ResetOps()
 	return out
 }
 

@@ -1,8 +1,8 @@
-package simengine
+package kvpool
 
 import "github.com/prefixmesh/prefixmesh/local"
 
-// spillCache is the cache the GPU pool drives when the CPU tier is on: the node's tree, plus
+// SpillCache is the cache the GPU pool drives when the CPU tier is on: the node's tree, plus
 // what a real engine's GPU blocks hold, so that a block the tree evicts can be copied to the
 // CPU tier. For every full prompt block a sequence inserts, it keeps in that physical block's
 // slot the block's tokens, canonical hash, chain position and parent (the KV a real block
@@ -18,9 +18,9 @@ import "github.com/prefixmesh/prefixmesh/local"
 // a block on the GPU is found there), and the events differ only in when the CPU copy appears.
 //
 // Only the pool calls it, under the engine's mutex; the tree itself stays shared with readers.
-type spillCache struct {
+type SpillCache struct {
 	*local.RadixTree
-	cpu *cpuTier
+	cpu *CPUTier
 	bs  int
 
 	// Per physical GPU block b: its tokens are tokens[b·bs:(b+1)·bs].
@@ -37,13 +37,14 @@ type spillCache struct {
 	hs     []uint64 // scratch: their hashes
 	ts     []uint32 // scratch: their tokens
 
-	broken uint64 // chunks not spilled: a parent block no longer held what the chain needs
+	Broken uint64 // chunks not spilled: a parent block no longer held what the chain needs
 }
 
-var _ local.PrefixCache = (*spillCache)(nil)
+var _ local.PrefixCache = (*SpillCache)(nil)
 
-func newSpillCache(tree *local.RadixTree, cpu *cpuTier, gpuBlocks, bs int) *spillCache {
-	return &spillCache{
+// NewSpillCache wraps tree, the cache of a pool of gpuBlocks blocks of bs tokens, spilling into cpu.
+func NewSpillCache(tree *local.RadixTree, cpu *CPUTier, gpuBlocks, bs int) *SpillCache {
+	return &SpillCache{
 		RadixTree: tree,
 		cpu:       cpu,
 		bs:        bs,
@@ -61,7 +62,7 @@ func newSpillCache(tree *local.RadixTree, cpu *cpuTier, gpuBlocks, bs int) *spil
 }
 
 // Insert inserts into the tree and records the contents of the prompt's blocks.
-func (c *spillCache) Insert(tokens, blockTable, diskBlockIDs []uint32, blockSize, matchedTokens int, adapterID uint64) local.InsertAcquired {
+func (c *SpillCache) Insert(tokens, blockTable, diskBlockIDs []uint32, blockSize, matchedTokens int, adapterID uint64) local.InsertAcquired {
 	acq := c.RadixTree.Insert(tokens, blockTable, diskBlockIDs, blockSize, matchedTokens, adapterID)
 	if blockSize == c.bs {
 		c.record(tokens, blockTable, adapterID)
@@ -71,7 +72,7 @@ func (c *spillCache) Insert(tokens, blockTable, diskBlockIDs []uint32, blockSize
 
 // record writes each prompt block's contents into its physical block's slot. It does not
 // allocate once the hash scratch has grown to the longest prompt.
-func (c *spillCache) record(tokens, blockTable []uint32, adapter uint64) {
+func (c *SpillCache) record(tokens, blockTable []uint32, adapter uint64) {
 	bs := c.bs
 	c.hashes = local.AppendBlockHashes(c.hashes[:0], tokens, bs, adapter)
 	for i, b := range blockTable {
@@ -93,7 +94,7 @@ func (c *spillCache) record(tokens, blockTable []uint32, adapter uint64) {
 }
 
 // Evict evicts from the tree and spills every chunk whose last block went.
-func (c *spillCache) Evict(numBlocks int) local.EvictedBlocks {
+func (c *SpillCache) Evict(numBlocks int) local.EvictedBlocks {
 	ev := c.RadixTree.Evict(numBlocks)
 	for _, b := range ev.Physical {
 		c.spill(b)
@@ -102,7 +103,7 @@ func (c *spillCache) Evict(numBlocks int) local.EvictedBlocks {
 }
 
 // spill stores the chunk that ends at evicted block b, if b ends one.
-func (c *spillCache) spill(b uint32) {
+func (c *SpillCache) spill(b uint32) {
 	if int64(b) >= int64(len(c.hash)) || !c.full[b] {
 		return
 	}
@@ -119,7 +120,7 @@ func (c *spillCache) spill(b uint32) {
 		}
 		par := c.parentBlk[cur]
 		if int64(par) >= int64(len(c.hash)) || !c.full[par] || c.hash[par] != c.parentH[cur] || c.pos[par] != c.pos[cur]-1 {
-			c.broken++ // unreachable while this pool is the tree's only writer
+			c.Broken++ // unreachable while this pool is the tree's only writer
 			return
 		}
 		cur = par
@@ -130,5 +131,5 @@ func (c *spillCache) spill(b uint32) {
 		copy(c.ts[j*bs:(j+1)*bs], c.tokens[int(blk)*bs:(int(blk)+1)*bs])
 	}
 	first := c.chunk[0]
-	c.cpu.store(c.hs, c.ts, c.parentH[first], c.pos[first] > 0, c.adapter[b])
+	c.cpu.Store(c.hs, c.ts, c.parentH[first], c.pos[first] > 0, c.adapter[b])
 }

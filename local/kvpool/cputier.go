@@ -1,8 +1,8 @@
-package simengine
+package kvpool
 
 import "github.com/prefixmesh/prefixmesh/local"
 
-// cpuTier is the engine's CPU KV tier, what vLLM's OffloadingConnector keeps in host memory: a
+// CPUTier is a CPU KV tier, what vLLM's OffloadingConnector keeps in host memory: a
 // fixed number of slots, each holding one chunk of CPUChunkBlocks consecutive GPU blocks of one
 // chain (vLLM's offloaded block, chunk k covering the prompt's blocks k·C … k·C+C−1), evicted
 // whole by LRU (vllm/v1/kv_offload/lru_manager.py: prepare_store evicts the least recently used
@@ -12,12 +12,12 @@ import "github.com/prefixmesh/prefixmesh/local"
 // Blocks come in only from the GPU pool's evictions (spill.go) and are never removed by a
 // load: as in vLLM, the CPU copy stays after its blocks are loaded back into the GPU.
 //
-// With events on, each store and eviction is recorded (ops) for the engine's next publish
-// (kvevents.go), which writes them as vLLM's self-describing offload events. Not safe for
-// concurrent use: the engine's mutex guards it. Storage is preallocated; the index is a map
+// With Record set, each store and eviction is recorded (Ops) for the simulated engine's next
+// publish, which writes them as vLLM's self-describing offload events. Not safe for concurrent
+// use: its owner serialises calls. Storage is preallocated; the index is a map
 // sized for the capacity, and the op buffers grow to their high-water mark, so steady-state
 // stores and lookups do not allocate.
-type cpuTier struct {
+type CPUTier struct {
 	bs, chunk int // tokens per GPU block; GPU blocks per chunk
 	slots     int // capacity in chunks
 
@@ -32,7 +32,7 @@ type cpuTier struct {
 	free       []int32          // unused slots
 	index      map[uint64]int32 // canonical block hash → slot
 
-	record   bool // keep ops for the event publisher
+	Record   bool // keep ops for the event publisher
 	ops      []tierOp
 	opHashes []uint64 // canonical hashes of the ops, in op order
 	opTokens []uint32 // the stored chunks' tokens, in op order
@@ -53,9 +53,11 @@ type tierOp struct {
 
 const noSlot int32 = -1
 
-func newCPUTier(blocks, chunk, bs int) *cpuTier {
+// NewCPUTier returns an empty tier of blocks GPU-sized blocks of bs tokens in chunks of chunk
+// blocks (blocks a positive multiple of chunk).
+func NewCPUTier(blocks, chunk, bs int) *CPUTier {
 	n := blocks / chunk
-	t := &cpuTier{
+	t := &CPUTier{
 		bs: bs, chunk: chunk, slots: n,
 		tokens:    make([]uint32, n*chunk*bs),
 		hashes:    make([]uint64, n*chunk),
@@ -75,16 +77,16 @@ func newCPUTier(blocks, chunk, bs int) *cpuTier {
 	return t
 }
 
-// blocks is the number of GPU blocks the tier holds.
-func (t *cpuTier) blocks() int { return (t.slots - len(t.free)) * t.chunk }
+// Blocks is the number of GPU blocks the tier holds.
+func (t *CPUTier) Blocks() int { return (t.slots - len(t.free)) * t.chunk }
 
-// chunkTokens is one chunk's tokens: the least vLLM's connector loads (below).
-func (t *cpuTier) chunkTokens() int { return t.chunk * t.bs }
+// ChunkTokens is one chunk's tokens: the least vLLM's connector loads (below).
+func (t *CPUTier) ChunkTokens() int { return t.chunk * t.bs }
 
-// continuation returns how many tokens past the first gpuTokens (block-aligned) of the prompt
+// Continuation returns how many tokens past the first gpuTokens (block-aligned) of the prompt
 // the tier continues the prefix, block by block, stopping at the first block it does not hold;
 // touch marks every chunk it passes as just used. It does not allocate.
-func (t *cpuTier) continuation(tokens []uint32, adapter uint64, gpuTokens int, touch bool) int {
+func (t *CPUTier) Continuation(tokens []uint32, adapter uint64, gpuTokens int, touch bool) int {
 	bs := t.bs
 	h := local.AdapterSeed(adapter)
 	i := 0
@@ -106,21 +108,21 @@ func (t *cpuTier) continuation(tokens []uint32, adapter uint64, gpuTokens int, t
 	return n
 }
 
-// loadable is what vLLM's connector loads of a continuation of cont tokens: all of it, unless
+// Loadable is what vLLM's connector loads of a continuation of cont tokens: all of it, unless
 // it is less than one chunk (OffloadingConnectorScheduler.get_num_new_matched_tokens in
 // vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py returns 0 when the hit
 // is under offloaded_block_size tokens), which is recomputed instead.
-func (t *cpuTier) loadable(cont int) int {
-	if cont < t.chunkTokens() {
+func (t *CPUTier) Loadable(cont int) int {
+	if cont < t.ChunkTokens() {
 		return 0
 	}
 	return cont
 }
 
-// store puts one chunk in (hashes: its chunk canonical block hashes, tokens: its chunk·bs
+// Store puts one chunk in (hashes: its chunk canonical block hashes, tokens: its chunk·bs
 // tokens), evicting the least recently used chunk when full. A chunk already held is only
 // touched, as prepare_store skips blocks already stored.
-func (t *cpuTier) store(hashes []uint64, tokens []uint32, parent uint64, hasParent bool, adapter uint64) {
+func (t *CPUTier) Store(hashes []uint64, tokens []uint32, parent uint64, hasParent bool, adapter uint64) {
 	if s, ok := t.index[hashes[len(hashes)-1]]; ok {
 		t.touch(s)
 		return
@@ -139,7 +141,7 @@ func (t *cpuTier) store(hashes []uint64, tokens []uint32, parent uint64, hasPare
 	}
 	t.pushFront(s)
 	t.stored++
-	if t.record {
+	if t.Record {
 		h0, t0 := len(t.opHashes), len(t.opTokens)
 		t.opHashes = append(t.opHashes, hashes...)
 		t.opTokens = append(t.opTokens, tokens...)
@@ -149,7 +151,7 @@ func (t *cpuTier) store(hashes []uint64, tokens []uint32, parent uint64, hasPare
 }
 
 // evictLRU frees the least recently used chunk.
-func (t *cpuTier) evictLRU() {
+func (t *CPUTier) evictLRU() {
 	s := t.tail
 	t.unlink(s)
 	c := int(s) * t.chunk
@@ -158,19 +160,19 @@ func (t *cpuTier) evictLRU() {
 	}
 	t.free = append(t.free, s)
 	t.evicted++
-	if t.record {
+	if t.Record {
 		h0 := len(t.opHashes)
 		t.opHashes = append(t.opHashes, t.hashes[c:c+t.chunk]...)
 		t.ops = append(t.ops, tierOp{removed: true, h0: h0, h1: len(t.opHashes), adapter: t.adapter[s]})
 	}
 }
 
-// resetOps forgets the recorded ops once published.
-func (t *cpuTier) resetOps() {
+// ResetOps forgets the recorded ops once published.
+func (t *CPUTier) ResetOps() {
 	t.ops, t.opHashes, t.opTokens = t.ops[:0], t.opHashes[:0], t.opTokens[:0]
 }
 
-func (t *cpuTier) touch(s int32) {
+func (t *CPUTier) touch(s int32) {
 	if t.head == s {
 		return
 	}
@@ -178,7 +180,7 @@ func (t *cpuTier) touch(s int32) {
 	t.pushFront(s)
 }
 
-func (t *cpuTier) pushFront(s int32) {
+func (t *CPUTier) pushFront(s int32) {
 	t.prev[s], t.next[s] = noSlot, t.head
 	if t.head != noSlot {
 		t.prev[t.head] = s
@@ -189,7 +191,7 @@ func (t *cpuTier) pushFront(s int32) {
 	}
 }
 
-func (t *cpuTier) unlink(s int32) {
+func (t *CPUTier) unlink(s int32) {
 	p, n := t.prev[s], t.next[s]
 	if p != noSlot {
 		t.next[p] = n
@@ -202,4 +204,28 @@ func (t *cpuTier) unlink(s int32) {
 		t.tail = p
 	}
 	t.prev[s], t.next[s] = noSlot, noSlot
+}
+
+// Stats returns the GPU-sized blocks held and the chunks stored and evicted so far.
+func (t *CPUTier) Stats() (blocks int, stored, evicted uint64) {
+	return t.Blocks(), t.stored, t.evicted
+}
+
+// TierOp is one recorded change, its slices aliasing the tier's buffers until ResetOps.
+type TierOp struct {
+	Removed   bool
+	Hashes    []uint64
+	Tokens    []uint32
+	Parent    uint64
+	HasParent bool
+	Adapter   uint64
+}
+
+// Ops appends the ops recorded since ResetOps to dst, in order.
+func (t *CPUTier) Ops(dst []TierOp) []TierOp {
+	for _, op := range t.ops {
+		dst = append(dst, TierOp{Removed: op.removed, Hashes: t.opHashes[op.h0:op.h1], Tokens: t.opTokens[op.t0:op.t1],
+			Parent: op.parent, HasParent: op.hasParent, Adapter: op.adapter})
+	}
+	return dst
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvpool
+
+const raceEnabled = false
