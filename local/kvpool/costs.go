@@ -10,9 +10,14 @@ import "time"
 // the simulator trivially in agreement. The simulated engine emits the first output token when
 // prefill ends (the prefill's forward pass yields it) and token i (0-based) at prefill end +
 // DecodeTime(i); it releases the sequence after the last one.
+//
+// With a CPU tier, tokens loaded from it back into the GPU cost LoadTime, charged on the prefill
+// lane before the uncached remainder is prefilled (a first-order cost: vLLM overlaps the DMA with
+// other requests' compute, which this, like the prefill model, ignores).
 type Costs struct {
 	PrefillTokensPerSec float64 // prompt tokens computed per second
 	DecodeTokensPerSec  float64 // output tokens produced per second by one sequence
+	LoadTokensPerSec    float64 // tokens loaded from the CPU tier per second
 }
 
 // PrefillTime is the time to compute uncachedTokens prompt tokens.
@@ -23,6 +28,11 @@ func (c Costs) PrefillTime(uncachedTokens int) time.Duration {
 // DecodeTime is the time one sequence takes to produce outputTokens tokens.
 func (c Costs) DecodeTime(outputTokens int) time.Duration {
 	return perRate(outputTokens, c.DecodeTokensPerSec)
+}
+
+// LoadTime is the time to load tokens from the CPU tier into the GPU.
+func (c Costs) LoadTime(tokens int) time.Duration {
+	return perRate(tokens, c.LoadTokensPerSec)
 }
 
 func perRate(n int, rate float64) time.Duration {

@@ -1,20 +1,25 @@
 package kvpool
 
-import "github.com/prefixmesh/prefixmesh/local"
+import (
+	"fmt"
 
-// CPUTier is a CPU KV tier, what vLLM's OffloadingConnector keeps in host memory: a
-// fixed number of slots, each holding one chunk of CPUChunkBlocks consecutive GPU blocks of one
-// chain (vLLM's offloaded block, chunk k covering the prompt's blocks k·C … k·C+C−1), evicted
-// whole by LRU (vllm/v1/kv_offload/lru_manager.py: prepare_store evicts the least recently used
-// blocks before it stores, and touch moves a looked-up block to the recent end). Every
-// constituent block's canonical chained hash (local.ChainHash) indexes its slot, so a lookup
-// continues a GPU prefix block by block and stops at the first block the tier does not hold.
-// Blocks come in only from the GPU pool's evictions (spill.go) and are never removed by a
-// load: as in vLLM, the CPU copy stays after its blocks are loaded back into the GPU.
+	"github.com/prefixmesh/prefixmesh/local"
+)
+
+// CPUTier is a CPU KV tier, what vLLM's OffloadingConnector keeps in host memory: a fixed
+// number of slots, each holding one chunk of ChunkBlocks consecutive GPU blocks of one chain
+// (vLLM's offloaded block, chunk k covering the prompt's blocks k·C … k·C+C−1), evicted whole by
+// LRU (vllm/v1/kv_offload/lru_manager.py: prepare_store evicts the least recently used blocks
+// before it stores, and touch moves a looked-up block to the recent end). Every constituent
+// block's canonical chained hash (local.ChainHash) indexes its slot, so a lookup continues a GPU
+// prefix block by block and stops at the first block the tier does not hold. Blocks come in only
+// from the GPU pool's evictions (SpillCache) and are never removed by a load: as in vLLM, the
+// CPU copy stays after its blocks are loaded back into the GPU.
 //
-// With Record set, each store and eviction is recorded (Ops) for the simulated engine's next
-// publish, which writes them as vLLM's self-describing offload events. Not safe for concurrent
-// use: its owner serialises calls. Storage is preallocated; the index is a map
+// With recording on (SetRecording), each store and eviction is kept as a TierOp until ResetOps,
+// for whoever publishes the tier's changes: the simulated engine writes them as vLLM's
+// self-describing offload events, the trace simulator as the node summary's tier keys. Not safe
+// for concurrent use: its owner serialises calls. Storage is preallocated; the index is a map
 // sized for the capacity, and the op buffers grow to their high-water mark, so steady-state
 // stores and lookups do not allocate.
 type CPUTier struct {
@@ -32,7 +37,7 @@ type CPUTier struct {
 	free       []int32          // unused slots
 	index      map[uint64]int32 // canonical block hash → slot
 
-	Record   bool // keep ops for the event publisher
+	record   bool // keep ops for a publisher
 	ops      []tierOp
 	opHashes []uint64 // canonical hashes of the ops, in op order
 	opTokens []uint32 // the stored chunks' tokens, in op order
@@ -51,12 +56,37 @@ type tierOp struct {
 	adapter   uint64
 }
 
+// TierOp is one recorded change of a CPUTier, in the order it happened: a chunk stored or
+// evicted. Its slices alias the tier's buffers and are valid until ResetOps.
+type TierOp struct {
+	Removed   bool     // an LRU eviction; otherwise a store
+	Hashes    []uint64 // the chunk's canonical block hashes, in chain order
+	Tokens    []uint32 // a store's ChunkTokens tokens; nil for an eviction
+	Parent    uint64   // a store's hash of the block before the chunk, when HasParent
+	HasParent bool     // false for a chain's first chunk (and for an eviction)
+	Adapter   uint64   // the LoRA adapter the chunk's hashes are seeded with
+}
+
+// CPUTierStats are a tier's level and counters.
+type CPUTierStats struct {
+	Blocks  int    // GPU-sized blocks held
+	Stored  uint64 // chunks stored so far
+	Evicted uint64 // chunks evicted (LRU) so far
+}
+
 const noSlot int32 = -1
 
-// NewCPUTier returns an empty tier of blocks GPU-sized blocks of bs tokens in chunks of chunk
-// blocks (blocks a positive multiple of chunk).
-func NewCPUTier(blocks, chunk, bs int) *CPUTier {
-	n := blocks / chunk
+// NewCPUTier returns an empty tier of blocks GPU-sized blocks of blockSize tokens, held in chunks
+// of chunkBlocks blocks; blocks must be a positive multiple of chunkBlocks (the tier holds whole
+// chunks) and at most MaxBlocks.
+func NewCPUTier(blocks, chunkBlocks, blockSize int) (*CPUTier, error) {
+	switch {
+	case blockSize <= 0 || chunkBlocks <= 0:
+		return nil, fmt.Errorf("%w: CPU tier block size %d, chunk %d blocks must be positive", ErrInvalid, blockSize, chunkBlocks)
+	case blocks <= 0 || blocks > MaxBlocks || blocks%chunkBlocks != 0:
+		return nil, fmt.Errorf("%w: CPU tier of %d blocks: must be a multiple of the %d-block chunk in 1..%d", ErrInvalid, blocks, chunkBlocks, MaxBlocks)
+	}
+	n, chunk, bs := blocks/chunkBlocks, chunkBlocks, blockSize
 	t := &CPUTier{
 		bs: bs, chunk: chunk, slots: n,
 		tokens:    make([]uint32, n*chunk*bs),
@@ -74,19 +104,41 @@ func NewCPUTier(blocks, chunk, bs int) *CPUTier {
 	for i := range t.free {
 		t.free[i] = int32(n - 1 - i) // slot 0 first
 	}
-	return t
+	return t, nil
 }
 
-// Blocks is the number of GPU blocks the tier holds.
-func (t *CPUTier) Blocks() int { return (t.slots - len(t.free)) * t.chunk }
+// Stats returns the tier's level and counters.
+func (t *CPUTier) Stats() CPUTierStats {
+	return CPUTierStats{Blocks: (t.slots - len(t.free)) * t.chunk, Stored: t.stored, Evicted: t.evicted}
+}
 
-// ChunkTokens is one chunk's tokens: the least vLLM's connector loads (below).
+// ChunkBlocks is the number of GPU blocks in one chunk.
+func (t *CPUTier) ChunkBlocks() int { return t.chunk }
+
+// ChunkTokens is one chunk's tokens: the least vLLM's connector loads (Loadable).
 func (t *CPUTier) ChunkTokens() int { return t.chunk * t.bs }
 
-// Continuation returns how many tokens past the first gpuTokens (block-aligned) of the prompt
-// the tier continues the prefix, block by block, stopping at the first block it does not hold;
-// touch marks every chunk it passes as just used. It does not allocate.
-func (t *CPUTier) Continuation(tokens []uint32, adapter uint64, gpuTokens int, touch bool) int {
+// Peek returns how many tokens past the first gpuTokens (block-aligned) of the prompt the tier
+// continues the prefix, block by block, stopping at the first block it does not hold. It changes
+// nothing and does not allocate: what a mirror of the tier's events answers
+// (kvevents.CacheMirror.PeekMatchedTokensByTier).
+func (t *CPUTier) Peek(tokens []uint32, adapter uint64, gpuTokens int) int {
+	return t.continuation(tokens, adapter, gpuTokens, false)
+}
+
+// Lookup is Peek for a request being admitted: every chunk it passes becomes the most recently
+// used, as vLLM's connector touches the blocks it is asked for. It does not allocate.
+func (t *CPUTier) Lookup(tokens []uint32, adapter uint64, gpuTokens int) int {
+	return t.continuation(tokens, adapter, gpuTokens, true)
+}
+
+// Load is what an engine admitting the prompt loads from the tier after its GPU prefix of
+// gpuTokens: Loadable(Lookup(…)).
+func (t *CPUTier) Load(tokens []uint32, adapter uint64, gpuTokens int) int {
+	return t.Loadable(t.Lookup(tokens, adapter, gpuTokens))
+}
+
+func (t *CPUTier) continuation(tokens []uint32, adapter uint64, gpuTokens int, touch bool) int {
 	bs := t.bs
 	h := local.AdapterSeed(adapter)
 	i := 0
@@ -119,9 +171,9 @@ func (t *CPUTier) Loadable(cont int) int {
 	return cont
 }
 
-// Store puts one chunk in (hashes: its chunk canonical block hashes, tokens: its chunk·bs
-// tokens), evicting the least recently used chunk when full. A chunk already held is only
-// touched, as prepare_store skips blocks already stored.
+// Store puts one chunk in (hashes: its ChunkBlocks canonical block hashes, tokens: its
+// ChunkTokens tokens), evicting the least recently used chunk when full. A chunk already held is
+// only touched, as prepare_store skips blocks already stored.
 func (t *CPUTier) Store(hashes []uint64, tokens []uint32, parent uint64, hasParent bool, adapter uint64) {
 	if s, ok := t.index[hashes[len(hashes)-1]]; ok {
 		t.touch(s)
@@ -141,7 +193,7 @@ func (t *CPUTier) Store(hashes []uint64, tokens []uint32, parent uint64, hasPare
 	}
 	t.pushFront(s)
 	t.stored++
-	if t.Record {
+	if t.record {
 		h0, t0 := len(t.opHashes), len(t.opTokens)
 		t.opHashes = append(t.opHashes, hashes...)
 		t.opTokens = append(t.opTokens, tokens...)
@@ -160,11 +212,48 @@ func (t *CPUTier) evictLRU() {
 	}
 	t.free = append(t.free, s)
 	t.evicted++
-	if t.Record {
+	if t.record {
 		h0 := len(t.opHashes)
 		t.opHashes = append(t.opHashes, t.hashes[c:c+t.chunk]...)
 		t.ops = append(t.ops, tierOp{removed: true, h0: h0, h1: len(t.opHashes), adapter: t.adapter[s]})
 	}
+}
+
+// Holds reports whether the tier holds the block with canonical hash h.
+func (t *CPUTier) Holds(h uint64) bool {
+	_, ok := t.index[h]
+	return ok
+}
+
+// AppendHashes appends the canonical hash of every block the tier holds, most recently used
+// chunk first, each chunk's in chain order: a deterministic order, unlike the index's.
+func (t *CPUTier) AppendHashes(dst []uint64) []uint64 {
+	for s := t.head; s != noSlot; s = t.next[s] {
+		dst = append(dst, t.hashes[int(s)*t.chunk:(int(s)+1)*t.chunk]...)
+	}
+	return dst
+}
+
+// SetRecording turns the recording of ops on or off; turning it off forgets what was recorded.
+func (t *CPUTier) SetRecording(on bool) {
+	t.record = on
+	if !on {
+		t.ResetOps()
+	}
+}
+
+// Ops appends the ops recorded since the last ResetOps to dst, in order. The ops' slices alias
+// the tier's buffers until ResetOps; with dst reused, it does not allocate in steady state.
+func (t *CPUTier) Ops(dst []TierOp) []TierOp {
+	for _, op := range t.ops {
+		o := TierOp{Removed: op.removed, Hashes: t.opHashes[op.h0:op.h1], Parent: op.parent,
+			HasParent: op.hasParent, Adapter: op.adapter}
+		if !op.removed {
+			o.Tokens = t.opTokens[op.t0:op.t1]
+		}
+		dst = append(dst, o)
+	}
+	return dst
 }
 
 // ResetOps forgets the recorded ops once published.
@@ -204,28 +293,4 @@ func (t *CPUTier) unlink(s int32) {
 		t.tail = p
 	}
 	t.prev[s], t.next[s] = noSlot, noSlot
-}
-
-// Stats returns the GPU-sized blocks held and the chunks stored and evicted so far.
-func (t *CPUTier) Stats() (blocks int, stored, evicted uint64) {
-	return t.Blocks(), t.stored, t.evicted
-}
-
-// TierOp is one recorded change, its slices aliasing the tier's buffers until ResetOps.
-type TierOp struct {
-	Removed   bool
-	Hashes    []uint64
-	Tokens    []uint32
-	Parent    uint64
-	HasParent bool
-	Adapter   uint64
-}
-
-// Ops appends the ops recorded since ResetOps to dst, in order.
-func (t *CPUTier) Ops(dst []TierOp) []TierOp {
-	for _, op := range t.ops {
-		dst = append(dst, TierOp{Removed: op.removed, Hashes: t.opHashes[op.h0:op.h1], Tokens: t.opTokens[op.t0:op.t1],
-			Parent: op.parent, HasParent: op.hasParent, Adapter: op.adapter})
-	}
-	return dst
 }

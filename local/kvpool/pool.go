@@ -7,8 +7,11 @@
 // are free or nothing is left, unpin) and allocates the rest for the prompt and its output;
 // Insert hands the prompt's block table to the cache after prefill and applies InsertAcquired
 // (increments before decrements); Finish releases the sequence's holds. Costs turns token counts
-// into simulated prefill and decode durations, for the live simulated engine and the trace
-// simulator alike. The package is pure: no IO, no goroutines, no clock, and a Pool is not safe for
+// into simulated prefill, load and decode durations, for the live simulated engine and the trace
+// simulator alike. CPUTier is a CPU KV tier as vLLM's OffloadingConnector keeps one (whole chunks,
+// LRU, looked up to continue the GPU prefix) and SpillCache the tree wrapper that spills the
+// chunks the pool's GPU blocks lose into it, so both simulators model offloading with the same
+// code (cputier.go, spill.go). The package is pure: no IO, no goroutines, no clock, and a Pool is not safe for
 // concurrent use (its owner serialises calls; the cache itself may be shared with other readers).
 package kvpool
 

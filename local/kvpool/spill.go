@@ -1,9 +1,13 @@
 package kvpool
 
-import "github.com/prefixmesh/prefixmesh/local"
+import (
+	"fmt"
 
-// SpillCache is the cache the GPU pool drives when the CPU tier is on: the node's tree, plus
-// what a real engine's GPU blocks hold, so that a block the tree evicts can be copied to the
+	"github.com/prefixmesh/prefixmesh/local"
+)
+
+// SpillCache is the cache a Pool drives when its GPU blocks spill into a CPUTier: the node's tree,
+// plus what a real engine's GPU blocks hold, so that a block the tree evicts can be copied to the
 // CPU tier. For every full prompt block a sequence inserts, it keeps in that physical block's
 // slot the block's tokens, canonical hash, chain position and parent (the KV a real block
 // would hold, reduced to what an offload event names). When the tree evicts the last block of
@@ -15,9 +19,11 @@ import "github.com/prefixmesh/prefixmesh/local"
 //
 // vLLM's connector offloads each chunk as soon as it is computed, while the request runs; this
 // spills it when the GPU evicts it. A lookup sees no difference (the GPU prefix comes first and
-// a block on the GPU is found there), and the events differ only in when the CPU copy appears.
+// a block on the GPU is found there), and the tier's changes differ only in when the CPU copy
+// appears.
 //
-// Only the pool calls it, under the engine's mutex; the tree itself stays shared with readers.
+// Only the pool calls it, serialised by the pool's owner; the tree itself stays shared with
+// readers.
 type SpillCache struct {
 	*local.RadixTree
 	cpu *CPUTier
@@ -37,18 +43,27 @@ type SpillCache struct {
 	hs     []uint64 // scratch: their hashes
 	ts     []uint32 // scratch: their tokens
 
-	Broken uint64 // chunks not spilled: a parent block no longer held what the chain needs
+	broken uint64 // chunks not spilled: a parent block no longer held what the chain needs
 }
 
 var _ local.PrefixCache = (*SpillCache)(nil)
 
-// NewSpillCache wraps tree, the cache of a pool of gpuBlocks blocks of bs tokens, spilling into cpu.
-func NewSpillCache(tree *local.RadixTree, cpu *CPUTier, gpuBlocks, bs int) *SpillCache {
+// NewSpillCache wraps tree, the cache of a Pool of gpuBlocks blocks of blockSize tokens, so that
+// the chunks it evicts spill into cpu, a tier of the same block size.
+func NewSpillCache(tree *local.RadixTree, cpu *CPUTier, gpuBlocks, blockSize int) (*SpillCache, error) {
+	switch {
+	case tree == nil || cpu == nil:
+		return nil, fmt.Errorf("%w: spill cache needs a tree and a CPU tier", ErrInvalid)
+	case gpuBlocks <= 0 || gpuBlocks > MaxBlocks:
+		return nil, fmt.Errorf("%w: spill cache of %d GPU blocks outside 1..%d", ErrInvalid, gpuBlocks, MaxBlocks)
+	case blockSize != cpu.bs:
+		return nil, fmt.Errorf("%w: spill cache block size %d, CPU tier's %d", ErrInvalid, blockSize, cpu.bs)
+	}
 	return &SpillCache{
 		RadixTree: tree,
 		cpu:       cpu,
-		bs:        bs,
-		tokens:    make([]uint32, gpuBlocks*bs),
+		bs:        blockSize,
+		tokens:    make([]uint32, gpuBlocks*blockSize),
 		hash:      make([]uint64, gpuBlocks),
 		parentH:   make([]uint64, gpuBlocks),
 		parentBlk: make([]uint32, gpuBlocks),
@@ -57,8 +72,8 @@ func NewSpillCache(tree *local.RadixTree, cpu *CPUTier, gpuBlocks, bs int) *Spil
 		full:      make([]bool, gpuBlocks),
 		chunk:     make([]uint32, cpu.chunk),
 		hs:        make([]uint64, cpu.chunk),
-		ts:        make([]uint32, cpu.chunk*bs),
-	}
+		ts:        make([]uint32, cpu.chunk*blockSize),
+	}, nil
 }
 
 // Insert inserts into the tree and records the contents of the prompt's blocks.
@@ -93,6 +108,10 @@ func (c *SpillCache) record(tokens, blockTable []uint32, adapter uint64) {
 	}
 }
 
+// Unspillable is the number of chunks not spilled because a block before the chunk's last no
+// longer held its chain: 0 while the pool is the tree's only writer.
+func (c *SpillCache) Unspillable() uint64 { return c.broken }
+
 // Evict evicts from the tree and spills every chunk whose last block went.
 func (c *SpillCache) Evict(numBlocks int) local.EvictedBlocks {
 	ev := c.RadixTree.Evict(numBlocks)
@@ -120,7 +139,7 @@ func (c *SpillCache) spill(b uint32) {
 		}
 		par := c.parentBlk[cur]
 		if int64(par) >= int64(len(c.hash)) || !c.full[par] || c.hash[par] != c.parentH[cur] || c.pos[par] != c.pos[cur]-1 {
-			c.Broken++ // unreachable while this pool is the tree's only writer
+			c.broken++ // unreachable while this pool is the tree's only writer
 			return
 		}
 		cur = par

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local/kvpool"
@@ -134,16 +133,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// loadTime is the simulated time to load tokens from the CPU tier into the GPU, charged on the
-// prefill lane like kvpool.Costs' prefill (a first-order cost: vLLM overlaps the DMA with other
-// requests' compute, which this, like the prefill model, ignores).
-func (c Config) loadTime(tokens int) time.Duration {
-	if tokens <= 0 {
-		return 0
-	}
-	return time.Duration(float64(tokens) / c.CPULoadTokensPerSec * float64(time.Second))
-}
-
 func (c Config) costs() kvpool.Costs {
-	return kvpool.Costs{PrefillTokensPerSec: c.PrefillTokensPerSec, DecodeTokensPerSec: c.DecodeTokensPerSec}
+	return kvpool.Costs{PrefillTokensPerSec: c.PrefillTokensPerSec, DecodeTokensPerSec: c.DecodeTokensPerSec,
+		LoadTokensPerSec: c.CPULoadTokensPerSec}
 }

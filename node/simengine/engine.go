@@ -16,10 +16,11 @@
 // X-Prefixmesh-Cached-Tokens header, which is how the router measures its estimates.
 //
 // With Config.CPUBlocks set the engine also has a CPU KV tier, as vLLM with its
-// OffloadingConnector: the chunks the GPU pool evicts spill into it (local/kvpool: spill.go, cputier.go), and
-// at admission the run of blocks it holds right after the GPU prefix is loaded back into the
-// GPU (the sequence's fresh blocks, inserted with the rest of the prompt after prefill) at
-// CPULoadTokensPerSec, on the prefill lane, before the uncached remainder is prefilled. The
+// OffloadingConnector: the chunks the GPU pool evicts spill into it (kvpool.SpillCache and
+// kvpool.CPUTier, the tier the trace simulator's nodes have too), and at admission the run of
+// blocks it holds right after the GPU prefix is loaded back into the GPU (the sequence's fresh
+// blocks, inserted with the rest of the prompt after prefill) at CPULoadTokensPerSec, on the
+// prefill lane, before the uncached remainder is prefilled. The
 // reported cached_tokens counts the GPU prefix plus the loaded tokens, as vLLM's scheduler sets
 // request.num_cached_tokens to the local plus the connector's external computed tokens
 // (vllm/v1/core/sched/scheduler.py, schedule()).
@@ -134,8 +135,12 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 		spill *kvpool.SpillCache
 	)
 	if cfg.CPUBlocks > 0 {
-		cpu = kvpool.NewCPUTier(cfg.CPUBlocks, cfg.CPUChunkBlocks, cfg.BlockSize)
-		spill = kvpool.NewSpillCache(cache, cpu, cfg.KVBlocks, cfg.BlockSize)
+		if cpu, err = kvpool.NewCPUTier(cfg.CPUBlocks, cfg.CPUChunkBlocks, cfg.BlockSize); err != nil {
+			return nil, fmt.Errorf("simengine: %w", err)
+		}
+		if spill, err = kvpool.NewSpillCache(cache, cpu, cfg.KVBlocks, cfg.BlockSize); err != nil {
+			return nil, fmt.Errorf("simengine: %w", err)
+		}
 		pc = spill
 	}
 	pool, err := kvpool.New(pc, cfg.KVBlocks, cfg.BlockSize)
@@ -177,7 +182,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		e.events = ev
 		if e.cpu != nil {
-			e.cpu.Record = true
+			e.cpu.SetRecording(true)
 		}
 	}
 	e.started = true
@@ -338,12 +343,12 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 	if e.cpu != nil {
 		// vLLM asks its connector for the tokens beyond the local hit
 		// (get_num_new_matched_tokens(request, num_new_local_computed_tokens)) and counts both.
-		cont := e.cpu.Loadable(e.cpu.Continuation(tokens, adapter, seq.MatchedTokens(), true))
+		cont := e.cpu.Load(tokens, adapter, seq.MatchedTokens())
 		withCPU := local.EngineCachedTokens(seq.MatchedTokens()+cont, len(tokens), bs)
 		loaded, cached = withCPU-cached, withCPU
 	}
 	tk := &ticket{seq: seq, tokens: tokens, adapter: adapter, cached: cached, loaded: loaded, uncached: len(tokens) - cached}
-	load, prefill := e.cfg.loadTime(loaded), e.costs.PrefillTime(tk.uncached)
+	load, prefill := e.costs.LoadTime(loaded), e.costs.PrefillTime(tk.uncached)
 	tk.prefillStart = time.Now()
 	tk.prefillEnd = tk.prefillStart.Add(load + prefill)
 	e.prefilling = tk
@@ -364,7 +369,7 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 func (e *Engine) peekTiersLocked(tokens []uint32, adapter uint64) (gpu, cpu int) {
 	gpu = e.cache.PeekMatchedTokens(tokens, e.cfg.BlockSize, adapter)
 	if e.cpu != nil {
-		cpu = e.cpu.Continuation(tokens, adapter, gpu, false)
+		cpu = e.cpu.Peek(tokens, adapter, gpu)
 	}
 	return gpu, cpu
 }
@@ -384,8 +389,8 @@ func (e *Engine) TierStats() TierStats {
 	if e.cpu == nil {
 		return TierStats{}
 	}
-	blocks, stored, evicted := e.cpu.Stats()
-	return TierStats{CPUBlocks: blocks, Stored: stored, Evicted: evicted, Unspillable: e.spill.Broken}
+	st := e.cpu.Stats()
+	return TierStats{CPUBlocks: st.Blocks, Stored: st.Stored, Evicted: st.Evicted, Unspillable: e.spill.Unspillable()}
 }
 
 // dispatchLocked admits queued requests in order while the prefill lane is idle and slots and

@@ -20,7 +20,7 @@ import (
 // the canonical hashes mixed with a per-engine secret, so they are opaque to the subscriber (as
 // vLLM's sha256 hashes are) and a mirror that confused them with canonical hashes would fail.
 //
-// The CPU tier's changes (kvpool.CPUTier) go first in the same batch, in the order they happened, as
+// The CPU tier's changes (kvpool.CPUTier's recorded ops) go first in the same batch, in the order they happened, as
 // vLLM ≥ 0.24 writes them with self_describing_kv_events
 // (vllm/distributed/kv_transfer/kv_connector/v1/offloading/events.py): a stored chunk is one
 // BlockStored with medium "CPU" naming the chunk's constituent per-block hashes, the whole
@@ -130,6 +130,9 @@ func (p *eventPublisher) appendCPU(out []kvevents.Event, t *kvpool.CPUTier) []kv
 		return out
 	}
 	p.cpuOps = t.Ops(p.cpuOps[:0])
+	if len(p.cpuOps) == 0 {
+		return out
+	}
 	p.cpuHs = p.cpuHs[:0]
 	for _, op := range p.cpuOps {
 		for _, h := range op.Hashes {
@@ -138,8 +141,9 @@ func (p *eventPublisher) appendCPU(out []kvevents.Event, t *kvpool.CPUTier) []kv
 	}
 	h0 := 0
 	for _, op := range p.cpuOps {
-		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierCPU, Hashes: p.cpuHs[h0 : h0+len(op.Hashes)]}
-		h0 += len(op.Hashes)
+		h1 := h0 + len(op.Hashes)
+		ev := kvevents.Event{Kind: kvevents.KindStored, Tier: kvevents.TierCPU, Hashes: p.cpuHs[h0:h1]}
+		h0 = h1
 		if op.Removed {
 			ev.Kind = kvevents.KindRemoved
 		} else {

@@ -83,9 +83,9 @@ func TestKVEventsCPUTierMirror(t *testing.T) {
 				defer te.mu.Unlock()
 				visible, _ := te.cache.SummarySnapshot(nil)
 				ms := mir.MirrorStats()
-				if ms.Tiers[kvevents.TierCPU] != te.cpu.Blocks() || ms.Tiers[kvevents.TierGPU] != len(visible) {
+				if ms.Tiers[kvevents.TierCPU] != te.cpu.Stats().Blocks || ms.Tiers[kvevents.TierGPU] != len(visible) {
 					return fmt.Sprintf("mirror copies gpu %d cpu %d, engine gpu %d cpu %d",
-						ms.Tiers[kvevents.TierGPU], ms.Tiers[kvevents.TierCPU], len(visible), te.cpu.Blocks())
+						ms.Tiers[kvevents.TierGPU], ms.Tiers[kvevents.TierCPU], len(visible), te.cpu.Stats().Blocks)
 				}
 				for i, p := range probes {
 					gpu, cpu := te.peekTiersLocked(p, adapters[i])
