@@ -87,16 +87,7 @@ func (s *Server) serveGenerate(chat bool, path string) http.Handler {
 		}
 		if err := s.svc.Enter(); err != nil {
 			spanError(adm, err.Error())
-			if errors.Is(err, requests.ErrDraining) {
-				s.met.rejected.WithLabelValues("draining").Inc()
-				w.Header().Set("Connection", "close")
-				writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down; retry on another replica")
-				return
-			}
-			s.met.rejected.WithLabelValues("overloaded").Inc()
-			w.Header().Set("Retry-After", retryAfterSeconds)
-			writeError(w, http.StatusTooManyRequests, codeOverloaded,
-				fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.svc.MaxInFlight()))
+			s.refuseAdmission(w, err)
 			return
 		}
 		defer s.svc.Leave()

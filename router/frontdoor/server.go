@@ -33,6 +33,9 @@ type Deps struct {
 	Registry *prometheus.Registry
 	// Logger receives one line per request (nil: discarded).
 	Logger *slog.Logger
+	// Directory, when set, serves the KV directory's POST /query and /query_by_hash
+	// (router/directory) on this door, under its admission bound.
+	Directory http.Handler
 }
 
 // Server is the HTTP front door. Build it with New; serve Handler yourself or call Start, and
@@ -48,6 +51,8 @@ type Server struct {
 	tracing bool // cfg.TracerProvider records: spans are made (trace.go)
 	created int64
 	handler http.Handler
+	// directory serves the KV directory's endpoints (Deps.Directory), nil when not mounted.
+	directory http.Handler
 	// stop ends every attempt in flight when Shutdown's deadline passes, so streams end with
 	// an SSE error event instead of a bare EOF.
 	stop       context.Context
@@ -69,7 +74,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if limit := deps.Service.Bodies().Limit(); limit < 2*cfg.MaxBodyBytes {
 		return nil, fmt.Errorf("%w: the service's body budget of %d bytes must hold twice MaxBodyBytes %d (one body at the cap, while it is joined)", ErrConfig, limit, cfg.MaxBodyBytes)
 	}
-	s := &Server{cfg: cfg, svc: deps.Service, client: deps.Service.Client(), reg: deps.Registry, log: deps.Logger, created: time.Now().Unix()}
+	s := &Server{cfg: cfg, svc: deps.Service, client: deps.Service.Client(), reg: deps.Registry, log: deps.Logger, created: time.Now().Unix(),
+		directory: deps.Directory}
 	s.stop, s.stopCancel = context.WithCancel(context.Background())
 	s.tracer, s.tracing = spans.Tracer(cfg.TracerProvider, tracerName), spans.Enabled(cfg.TracerProvider)
 	if s.log == nil {
@@ -95,6 +101,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 //	GET  /health, GET /version                        vLLM's: 200 (503 draining), the version
 //	GET  /healthz                                     200, or 503 while draining
 //	GET  /metrics                                     when Deps.Registry is set
+//	POST /query, POST /query_by_hash                  the KV directory, when Deps.Directory is set
 func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) routes() http.Handler {
@@ -114,6 +121,12 @@ func (s *Server) routes() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 		allowed["/metrics"] = "GET"
 	}
+	if s.directory != nil {
+		for _, path := range []string{"/query", "/query_by_hash"} {
+			mux.Handle("POST "+path, s.instrument("directory", s.admitted(s.directory)))
+			allowed[path] = "POST"
+		}
+	}
 	for path, method := range allowed {
 		mux.Handle(path, s.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", method)
@@ -124,6 +137,34 @@ func (s *Server) routes() http.Handler {
 		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})))
 	return s.withCORS(noRedirects(mux))
+}
+
+// admitted serves h under the door's in-flight bound: 429 with Retry-After at the bound, 503
+// while draining, as a generation request is answered.
+func (s *Server) admitted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.svc.Enter(); err != nil {
+			s.refuseAdmission(w, err)
+			return
+		}
+		defer s.svc.Leave()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// refuseAdmission answers a request the in-flight bound refused (err from Service.Enter): 503
+// with Connection: close while draining, else 429 with Retry-After.
+func (s *Server) refuseAdmission(w http.ResponseWriter, err error) {
+	if errors.Is(err, requests.ErrDraining) {
+		s.met.rejected.WithLabelValues("draining").Inc()
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusServiceUnavailable, codeDraining, "the router is shutting down; retry on another replica")
+		return
+	}
+	s.met.rejected.WithLabelValues("overloaded").Inc()
+	w.Header().Set("Retry-After", retryAfterSeconds)
+	writeError(w, http.StatusTooManyRequests, codeOverloaded,
+		fmt.Sprintf("the router has %d requests in flight, its limit; retry later", s.svc.MaxInFlight()))
 }
 
 func (s *Server) instrument(endpoint string, h http.Handler) http.Handler {

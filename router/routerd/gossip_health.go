@@ -62,6 +62,7 @@ func (s *servingState) applyLocked() {
 	}
 	s.h.SetServingStatus("", st)
 	s.h.SetServingStatus(pb.Router_ServiceDesc.ServiceName, st)
+	s.h.SetServingStatus(pb.Directory_ServiceDesc.ServiceName, st) // answers from the same view
 	s.ready.Store(ok)
 	if s.onServing != nil {
 		s.onServing(ok)

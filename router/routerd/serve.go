@@ -41,6 +41,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	pb "github.com/prefixmesh/prefixmesh/proto/prefixmesh/v1"
 	"github.com/prefixmesh/prefixmesh/router"
+	"github.com/prefixmesh/prefixmesh/router/directory"
 	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/peershare"
 	"github.com/prefixmesh/prefixmesh/routing"
@@ -323,9 +324,11 @@ func (d *routerd) buildDecisionPath() error {
 	d.grpcSrv = grpc.NewServer(grpc.Creds(d.tls.grpcServerCreds()), grpc.ChainStreamInterceptor(d.plane.streamGate),
 		grpc.StatsHandler(d.conns.StatsHandler()))
 	routeSrv.Register(d.grpcSrv)
+	pb.RegisterDirectoryServer(d.grpcSrv, directory.NewGRPC(d.fd.Directory))
 	d.health = health.NewServer()
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	d.health.SetServingStatus(pb.Router_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	d.health.SetServingStatus(pb.Directory_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	reflection.Register(d.grpcSrv)
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/internal/ratelog"
 	"github.com/prefixmesh/prefixmesh/router"
+	"github.com/prefixmesh/prefixmesh/router/directory"
 	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/router/requests"
@@ -36,6 +37,9 @@ type frontDoor struct {
 	*requests.Stack
 	Server *frontdoor.Server
 	flow   *flow.Controller // nil without --flow-control
+	// Directory answers KV-location queries from the index: on the front door (POST /query,
+	// /query_by_hash) and as the gRPC Directory service.
+	Directory *directory.Directory
 }
 
 func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror requests.NodeStatusSource, idx *routing.Index, dec *routing.Decider, table router.PinTable,
@@ -73,13 +77,19 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror requests.NodeStatusSource,
 	}
 	fcfg.TLS = t.http
 	fcfg.TracerProvider = tp
-	srv, err := frontdoor.New(fcfg, frontdoor.Deps{Service: st.Service, Registry: reg, Logger: logger})
+	dir := directory.New(idx, func(dst []directory.Node) []directory.Node {
+		for _, n := range nodes.Nodes() {
+			dst = append(dst, directory.Node{ID: n.Info.ID, Model: n.Info.Model, BlockSize: n.Info.BlockSize})
+		}
+		return dst
+	})
+	srv, err := frontdoor.New(fcfg, frontdoor.Deps{Service: st.Service, Registry: reg, Logger: logger, Directory: dir.Handler()})
 	if err != nil {
 		return nil, err
 	}
 	st.Health.OnEject(srv.ObserveEjection)
 	st.Health.OnSweep(srv.ForgetDeparted)
-	return &frontDoor{Stack: st, Server: srv, flow: fc}, nil
+	return &frontDoor{Stack: st, Server: srv, flow: fc, Directory: dir}, nil
 }
 
 // start runs the probes, the overlay expiry and flow control's loop until shutdown.
