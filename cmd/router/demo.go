@@ -28,6 +28,7 @@ type demoConfig struct {
 	Speed           float64
 	Trace           string
 	KVBlocks        int
+	CPUBlocks       int // each engine's CPU tier in blocks (0: none)
 	BlockSize       int
 	PrefillPerSec   float64
 	DecodePerSec    float64

@@ -40,6 +40,7 @@ type demoCluster struct {
 type demoNode struct {
 	id                    string
 	agentGRPC, engineGRPC string
+	engineHTTP            string
 }
 
 func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string, logs io.Writer) (*demoCluster, error) {
@@ -75,17 +76,19 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 	for i := 0; i < cfg.Nodes; i++ {
 		id := fmt.Sprintf("node-%d", i)
 		engAddrs := filepath.Join(dir, id+"-engine.addr")
-		c.run(id+"-engine", func() int {
-			return agentd.Main(ctx, []string{
-				"--node-id=" + id + "-engine", "--log-level=warn", "--engine=sim",
-				"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
-				"--sim-kv-events=tcp://127.0.0.1:0", "--sim-kv-events-replay=tcp://127.0.0.1:0",
-				fmt.Sprintf("--block-size=%d", cfg.BlockSize), fmt.Sprintf("--kv-blocks=%d", cfg.KVBlocks),
-				fmt.Sprintf("--sim-prefill-tokens-per-s=%g", cfg.PrefillPerSec),
-				fmt.Sprintf("--sim-decode-tokens-per-s=%g", cfg.DecodePerSec),
-				"--drain-timeout=5s", "--addr-file=" + engAddrs,
-			}, io.Discard, logs)
-		})
+		engArgs := []string{
+			"--node-id=" + id + "-engine", "--log-level=warn", "--engine=sim",
+			"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+			"--sim-kv-events=tcp://127.0.0.1:0", "--sim-kv-events-replay=tcp://127.0.0.1:0",
+			fmt.Sprintf("--block-size=%d", cfg.BlockSize), fmt.Sprintf("--kv-blocks=%d", cfg.KVBlocks),
+			fmt.Sprintf("--sim-prefill-tokens-per-s=%g", cfg.PrefillPerSec),
+			fmt.Sprintf("--sim-decode-tokens-per-s=%g", cfg.DecodePerSec),
+			"--drain-timeout=5s", "--addr-file=" + engAddrs,
+		}
+		if cfg.CPUBlocks > 0 { // a CPU tier the GPU pool spills into, published as vLLM's CPU events
+			engArgs = append(engArgs, fmt.Sprintf("--sim-cpu-blocks=%d", cfg.CPUBlocks))
+		}
+		c.run(id+"-engine", func() int { return agentd.Main(ctx, engArgs, io.Discard, logs) })
 		eng, err := waitEngineAddrs(ctx, engAddrs, c, "http", "grpc", "kvevents", "kvevents_replay")
 		if err != nil {
 			c.stop()
@@ -107,7 +110,7 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 			c.stop()
 			return nil, fmt.Errorf("%s: %w", id, err)
 		}
-		c.nodes = append(c.nodes, demoNode{id: id, agentGRPC: ag["grpc"], engineGRPC: eng["grpc"]})
+		c.nodes = append(c.nodes, demoNode{id: id, agentGRPC: ag["grpc"], engineGRPC: eng["grpc"], engineHTTP: eng["http"]})
 	}
 	if err := c.waitNodes(ctx, cfg.Nodes); err != nil {
 		c.stop()
