@@ -2,9 +2,12 @@ package routing
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/bits"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/prefixmesh/prefixmesh/local"
 )
@@ -239,4 +242,39 @@ func (d *Decider) learnTierLocked(t *Ticket, y float64) {
 	keep := 1 - 1.0/tierMemory
 	l.sum[tier] = keep*l.sum[tier] + sample
 	l.n[tier] = keep*l.n[tier] + 1
+}
+
+// ParseTierCosts reads a --tier-load-cost value, "cpu=0.067,disk=0.85" (tier names as
+// local.Tier.String; the tiers not named keep their value in costs), into costs.
+func ParseTierCosts(s string, costs *[local.NumTiers]float64) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		t := local.TierGPU
+		for i := local.TierGPU + 1; i < local.NumTiers; i++ {
+			if i.String() == name {
+				t = i
+			}
+		}
+		if !ok || t == local.TierGPU {
+			return fmt.Errorf("tier load cost %q: want tier=cost with tier cpu, disk, storage or remote: %w", part, ErrInvalid)
+		}
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil || !(v >= 0) || math.IsInf(v, 1) {
+			return fmt.Errorf("tier load cost %q: the cost must be a number >= 0 (a fraction of prefilling the token): %w", part, ErrInvalid)
+		}
+		costs[t] = v
+	}
+	return nil
+}
+
+// FormatTierCosts writes costs as ParseTierCosts reads them.
+func FormatTierCosts(costs [local.NumTiers]float64) string {
+	var parts []string
+	for t := local.TierGPU + 1; t < local.NumTiers; t++ {
+		parts = append(parts, t.String()+"="+strconv.FormatFloat(costs[t], 'g', 4, 64))
+	}
+	return strings.Join(parts, ",")
 }

@@ -74,3 +74,22 @@ func TestAllocsContinueLower(t *testing.T) {
 		t.Fatalf("ContinueLower allocated %.1f times, want 0", n)
 	}
 }
+
+func TestParseTierCosts(t *testing.T) {
+	c := DefaultPolicyConfig().TierLoadCost
+	if err := ParseTierCosts("disk=2, storage=0", &c); err != nil {
+		t.Fatal(err)
+	}
+	if c[local.TierDisk] != 2 || c[local.TierStorage] != 0 || c[local.TierCPU] != 1.0/15 {
+		t.Fatalf("%v", c)
+	}
+	for _, bad := range []string{"gpu=1", "cpu", "cpu=-1", "cpu=x", "tape=1", "cpu=+Inf"} {
+		if err := ParseTierCosts(bad, &c); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	var back [local.NumTiers]float64
+	if err := ParseTierCosts(FormatTierCosts(DefaultPolicyConfig().TierLoadCost), &back); err != nil || back[local.TierRemote] != 1.4 {
+		t.Fatalf("round trip %v %v", back, err)
+	}
+}

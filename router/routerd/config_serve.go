@@ -18,6 +18,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/internal/flagfile"
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/internal/tracing"
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/router/flow"
 	"github.com/prefixmesh/prefixmesh/router/frontdoor"
 	"github.com/prefixmesh/prefixmesh/router/requests"
@@ -80,6 +81,11 @@ type ServeConfig struct {
 	// each default.
 	MissPenalty  float64
 	MinLoadBound int
+	// TierLoadCost is the load cost of a token on each lower tier as a fraction of prefilling
+	// it, the prior before a node's own is learned (routing.PolicyConfig.TierLoadCost):
+	// "cpu=0.0667,disk=0.85,storage=0.85,remote=1.4" by default; a tier at 1 or more earns no
+	// credit.
+	TierLoadCost string
 	// Tokenizer tokenises text prompts: cl100k_base (the simulated engine's), bytes, engine
 	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
@@ -194,6 +200,7 @@ func DefaultServeConfig() ServeConfig {
 		LoadFactor:          routing.DefaultPolicyConfig().LoadFactor,
 		MissPenalty:         routing.DefaultPolicyConfig().MissPenalty,
 		MinLoadBound:        routing.DefaultPolicyConfig().MinLoadBound,
+		TierLoadCost:        routing.FormatTierCosts(routing.DefaultPolicyConfig().TierLoadCost),
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         requests.DefaultConfig().MaxInFlight,
 		MaxBodyBufferBytes:  requests.DefaultConfig().MaxBodyBufferBytes,
@@ -319,6 +326,7 @@ func (c ServeConfig) policyConfig() routing.PolicyConfig {
 	pc.LoadFactor = c.LoadFactor
 	pc.MissPenalty = c.MissPenalty
 	pc.MinLoadBound = c.MinLoadBound
+	_ = routing.ParseTierCosts(c.TierLoadCost, &pc.TierLoadCost) // Validate refuses a bad value
 	return pc
 }
 
@@ -348,6 +356,10 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
+	}
+	var costs [local.NumTiers]float64
+	if err := routing.ParseTierCosts(c.TierLoadCost, &costs); err != nil {
+		return bad("--tier-load-cost %q: %v", c.TierLoadCost, err)
 	}
 	if _, err := routing.NewPolicy(c.Policy, c.policyConfig()); err != nil {
 		if !slices.Contains(routing.PolicyNames(), c.Policy) {
@@ -495,6 +507,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
 	fs.Float64Var(&cfg.MissPenalty, "miss-penalty", cfg.MissPenalty, "extra `weight` of uncached prefill tokens in prefixmesh's cost (as in sim)")
+	fs.StringVar(&cfg.TierLoadCost, "tier-load-cost", cfg.TierLoadCost, "each lower tier's `costs` to load a token, as a fraction of prefilling it: the prior before a node's own is learned (cpu=…,disk=…,storage=…,remote=…; 1 or more earns no credit)")
 	fs.IntVar(&cfg.MinLoadBound, "min-load-bound", cfg.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in `requests` (as in sim; 0: the pure guard)")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `spec`: cl100k_base, bytes, hf:DIR (a model's tokenizer.json and chat template, exact in Go), render:URL (a vLLM render server), engine (front door only) or none")
 	fs.IntVar(&cfg.MaxInFlight, "max-inflight", cfg.MaxInFlight, "front door: `requests` proxied at once before answering 429")

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -25,7 +26,21 @@ func TestPolicyKnobs(t *testing.T) {
 	if def.LoadFactor != want.LoadFactor || def.MissPenalty != want.MissPenalty || def.MinLoadBound != want.MinLoadBound {
 		t.Fatalf("default policy config %+v, want routing's %+v", def, want)
 	}
+	// --tier-load-cost: the named tiers change, the others keep their defaults; the default
+	// round-trips to routing's.
+	cfg, err = parseServeConfig([]string{"--insecure-gossip", "--tier-load-cost=cpu=0.5, remote=0.9"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.TierLoadCost[local.TierCPU], want.TierLoadCost[local.TierRemote] = 0.5, 0.9
+	if got := cfg.policyConfig().TierLoadCost; got != want.TierLoadCost {
+		t.Fatalf("tier costs %v, want %v", got, want.TierLoadCost)
+	}
+	if got := DefaultServeConfig().policyConfig().TierLoadCost; !near4(got, routing.DefaultPolicyConfig().TierLoadCost) {
+		t.Fatalf("default tier costs %v, want routing's %v", got, routing.DefaultPolicyConfig().TierLoadCost)
+	}
 	for flag, args := range map[string][]string{
+		"--tier-load-cost": {"--tier-load-cost=gpu=1"},
 		"--miss-penalty":   {"--miss-penalty=-1"},
 		"--min-load-bound": {"--min-load-bound=-1"},
 		"--load-factor":    {"--load-factor=0.5"},
@@ -36,4 +51,14 @@ func TestPolicyKnobs(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want 2 naming %s", args, code, errb.String(), flag)
 		}
 	}
+}
+
+// near4 compares tier costs to the 4 significant digits the flag's default is written with.
+func near4(a, b [local.NumTiers]float64) bool {
+	for i := range a {
+		if d := a[i] - b[i]; d > 1e-4*b[i] || d < -1e-4*b[i] {
+			return false
+		}
+	}
+	return true
 }
