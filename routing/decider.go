@@ -45,6 +45,7 @@ type Decider struct {
 	// default prefill rate, the learner's unit of work.
 	learned    map[string]*ttftLearner
 	tierCosts  map[string]*tierLearner // each node's learned tier load costs (tiers.go)
+	transfer   TransferLearner         // KV moved between nodes (decider_disagg.go)
 	learnedGen uint64                  // changes whenever learned gains or loses a node (Choice.learned)
 	fleet      ttftLearner
 	noLearn    bool
