@@ -12,6 +12,9 @@ type NodeInfo struct {
 	ID       string
 	Alive    bool
 	Draining bool
+	// Role is the part of inference the node serves under prefill/decode disaggregation
+	// (RoleBoth for an aggregated node).
+	Role Role
 	// Cold: the node's summary may hold blocks its engine no longer has (cluster.Meta.Cold: a
 	// mirror restored from a checkpoint whose gap is not settled yet), so it may over-estimate.
 	// Decider.Decide counts its matched tokens as 0, so prefix affinity never leans on it; it
@@ -47,6 +50,16 @@ type NodeInfo struct {
 	// applies). The Decider fills it.
 	TierLoad [local.NumTiers]float64
 }
+
+// Role is the part of inference a node serves (the node agent's --role).
+type Role uint8
+
+// Roles. A node of an older release announces none and is RoleBoth.
+const (
+	RoleBoth    Role = iota // prefills and decodes whole requests
+	RolePrefill             // runs prefill legs only (vLLM kv_producer, an llm-d prefill pod)
+	RoleDecode              // decodes, pulling or receiving the prompt's KV
+)
 
 // Request is what a policy knows about the request being routed.
 type Request struct {
@@ -124,7 +137,19 @@ const (
 	PolicyLLMD          = "llm-d"
 )
 
-// PolicyNames returns the names NewPolicy accepts; the first is the default.
+// PolicyPrefixMeshGPU is prefixmesh ranking by the GPU prefix alone (PolicyConfig.IgnoreTiers
+// set, whatever cfg says): the comparison that measures prefixmesh's tier credit (POLICIES.md,
+// "Tiers"). NewPolicy accepts it, but it is not among PolicyNames: on a fleet without lower
+// tiers it is prefixmesh, so only a caller with tiers to compare lists it.
+const PolicyPrefixMeshGPU = "prefixmesh-gpu"
+
+// prefixMeshGPU is prefixmesh under its own name (PolicyPrefixMeshGPU).
+type prefixMeshGPU struct{ prefixMesh }
+
+func (p *prefixMeshGPU) Name() string { return PolicyPrefixMeshGPU }
+
+// PolicyNames returns the policies NewPolicy offers (it also accepts PolicyPrefixMeshGPU); the
+// first is the default.
 func PolicyNames() []string {
 	return []string{PolicyPrefixMesh, PolicyRoundRobin, PolicyLeastLoaded, PolicyCHWBL,
 		PolicyLongestPrefix, PolicySGLangGate, PolicyDynamoCost, PolicyLLMD}
@@ -288,6 +313,9 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 		return &dynamoCost{cfg: cfg}, nil
 	case PolicyLLMD:
 		return &llmdScore{cfg: cfg}, nil
+	case PolicyPrefixMeshGPU:
+		cfg.IgnoreTiers = true
+		return &prefixMeshGPU{prefixMesh{cfg: cfg}}, nil
 	}
 	return nil, fmt.Errorf("new policy %q: %w", name, ErrUnknownPolicy)
 }
@@ -305,6 +333,10 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 // comparisons).
 type Eligibility struct {
 	Model string // the base model; "" allows any
+	// Prefill selects the nodes that may run a disaggregated request's prefill leg (role
+	// prefill); otherwise the nodes that may serve a whole request or its decode leg (roles both
+	// and decode), never a prefill-only node.
+	Prefill bool
 	// Allowed is the request's allowed set (an adapter's pins, a gateway's subset hint, or both
 	// intersected); nil allows every node. It must answer in O(1): NodeSet.Has.
 	Allowed func(id string) bool
@@ -348,6 +380,8 @@ func (s *NodeSet) Len() int { return len(s.m) }
 func (e *Eligibility) Eligible(n *NodeInfo) bool {
 	switch {
 	case !n.Alive || n.Draining || (e.Model != "" && n.Model != e.Model):
+		return false
+	case (n.Role == RolePrefill) != e.Prefill:
 		return false
 	case e.Allowed != nil && !e.Allowed(n.ID):
 		return false

@@ -42,6 +42,8 @@ type simFlags struct {
 	shareLoss                                 float64
 	shareDelay, loadInterval, shareInterval   time.Duration
 	nodes, blocks, blockSize, limit, maxConc  int
+	cpuBlocks, cpuChunk                       int
+	cpuLoad                                   float64
 	parallel, systemPrompts, minLoadBound     int
 	speed, loss, prefill, decode, sessions    float64
 	loadFactor, missPenalty                   float64
@@ -59,6 +61,9 @@ type simConfigJSON struct {
 	Requests            int       `json:"requests"`
 	Nodes               int       `json:"nodes"`
 	KVBlocks            int       `json:"kv_blocks"`
+	CPUBlocks           int       `json:"cpu_blocks"`
+	CPUChunkBlocks      int       `json:"cpu_chunk_blocks"`
+	CPULoadTokensPerSec float64   `json:"cpu_load_tokens_per_s"`
 	BlockSize           int       `json:"block_size"`
 	PrefillTokensPerSec float64   `json:"prefill_tokens_per_s"`
 	DecodeTokensPerSec  float64   `json:"decode_tokens_per_s"`
@@ -105,12 +110,16 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f simFlags
 	fs.StringVar(&f.trace, "trace", defaultTrace, "trace file: Mooncake JSONL (.jsonl) or Azure CSV (.csv); relative paths are tried from the working directory, then from the module root")
 	fs.StringVar(&f.format, "format", "auto", "trace format: auto (by extension), mooncake or azure")
-	fs.StringVar(&f.policies, "policies", "all", "comma-separated policies or \"all\" ("+strings.Join(routing.PolicyNames(), ", ")+")")
+	fs.StringVar(&f.policies, "policies", "all", "comma-separated policies or \"all\" ("+strings.Join(routing.PolicyNames(), ", ")+
+		"; with --cpu-blocks also "+routing.PolicyPrefixMeshGPU+", prefixmesh ranking by the GPU prefix alone)")
 	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&f.plotOut, "plot", "", "write a PNG chart of the results to this file")
 	fs.IntVar(&f.nodes, "nodes", def.Nodes, "number of nodes")
 	fs.IntVar(&f.blocks, "kv-blocks", def.BlocksPerNode, "KV blocks per node")
 	fs.IntVar(&f.blockSize, "block-size", def.BlockSize, "tokens per KV block")
+	fs.IntVar(&f.cpuBlocks, "cpu-blocks", def.CPUBlocks, "CPU KV tier per node, in GPU-sized blocks: GPU evictions spill into it and hits after the GPU prefix load at --cpu-load-tokens-per-s (0: no tier)")
+	fs.IntVar(&f.cpuChunk, "cpu-chunk-blocks", def.CPUChunkBlocks, "GPU blocks per CPU block, spilled, loaded and evicted whole (vLLM's offloaded block size over the GPU's)")
+	fs.Float64Var(&f.cpuLoad, "cpu-load-tokens-per-s", def.CPULoadTokensPerSec, "rate at which CPU-tier tokens load back into the GPU")
 	fs.IntVar(&f.limit, "limit", 0, "replay only the first n requests (0: all)")
 	fs.IntVar(&f.maxConc, "max-concurrent", def.MaxConcurrent, "sequences a node runs at once")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once (output does not depend on it)")
@@ -173,6 +182,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, error) {
 	cfg := sim.DefaultConfig()
 	cfg.Nodes, cfg.BlocksPerNode, cfg.BlockSize, cfg.MaxConcurrent = f.nodes, f.blocks, f.blockSize, f.maxConc
+	cfg.CPUBlocks, cfg.CPUChunkBlocks, cfg.CPULoadTokensPerSec = f.cpuBlocks, f.cpuChunk, f.cpuLoad
 	cfg.PrefillTokensPerSec, cfg.DecodeTokensPerSec = f.prefill, f.decode
 	cfg.Delay, cfg.RepairDelay, cfg.Loss, cfg.Seed = f.delay, f.repairDelay, f.loss, f.seed
 	cfg.Policy.LoadFactor, cfg.Policy.MinLoadBound, cfg.Policy.MissPenalty = f.loadFactor, f.minLoadBound, f.missPenalty
@@ -202,7 +212,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	if !(f.speed > 0) || f.limit < 0 || f.arrivalQuantum < 0 {
 		return nil, fmt.Errorf("--speed must be positive and --limit and --arrival-quantum non-negative")
 	}
-	policies, err := parsePolicies(f.policies)
+	policies, err := parsePolicies(f.policies, cfg.CPUBlocks > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +261,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	start := time.Now()
 	rep := &simReport{Policies: make([]sim.Result, len(combos)), trace: f.trace, cfg: cfg}
 	rep.Config = simConfigJSON{Trace: f.trace, Requests: len(tr.Requests), Nodes: cfg.Nodes, KVBlocks: cfg.BlocksPerNode,
+		CPUBlocks: cfg.CPUBlocks, CPUChunkBlocks: cfg.CPUChunkBlocks, CPULoadTokensPerSec: cfg.CPULoadTokensPerSec,
 		BlockSize: cfg.BlockSize, PrefillTokensPerSec: cfg.PrefillTokensPerSec, DecodeTokensPerSec: cfg.DecodeTokensPerSec,
 		MaxConcurrent: cfg.MaxConcurrent, DelayS: cfg.Delay.Seconds(), Loss: cfg.Loss, RepairDelayS: cfg.RepairDelay.Seconds(),
 		Speed: f.speed, Limit: f.limit, Seed: f.seed, LoadFactor: cfg.Policy.LoadFactor, MinLoadBound: cfg.Policy.MinLoadBound,
@@ -360,15 +371,25 @@ func parseSharing(s string) ([]bool, error) {
 	return out, nil
 }
 
-func parsePolicies(s string) ([]string, error) {
+// parsePolicies parses --policies. With tiers (a CPU tier on the nodes) the choice also has
+// prefixmesh-gpu, prefixmesh ranking by the GPU prefix alone, and "all" lists it after
+// prefixmesh; without, it would be a second prefixmesh row, so it is not offered.
+func parsePolicies(s string, tiers bool) ([]string, error) {
+	names := routing.PolicyNames()
+	if tiers {
+		names = slices.Insert(names, 1, routing.PolicyPrefixMeshGPU)
+	}
 	if s == "" || s == "all" {
-		return routing.PolicyNames(), nil
+		return names, nil
 	}
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		p = strings.TrimSpace(p)
-		if !slices.Contains(routing.PolicyNames(), p) {
-			return nil, fmt.Errorf("unknown policy %q (have %s)", p, strings.Join(routing.PolicyNames(), ", "))
+		if p == routing.PolicyPrefixMeshGPU && !tiers {
+			return nil, fmt.Errorf("policy %q differs from %q only when nodes have a CPU tier (--cpu-blocks)", p, routing.PolicyPrefixMesh)
+		}
+		if !slices.Contains(names, p) {
+			return nil, fmt.Errorf("unknown policy %q (have %s)", p, strings.Join(names, ", "))
 		}
 		if !slices.Contains(out, p) {
 			out = append(out, p)
@@ -440,10 +461,19 @@ func writeTable(w io.Writer, rep *simReport) {
 	if len(c.NodeSpeeds) > 0 {
 		quantum += fmt.Sprintf("; node speeds %v in turn", c.NodeSpeeds)
 	}
-	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g%s\n\n",
-		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss, quantum)
+	tier := ""
+	if c.CPUBlocks > 0 {
+		tier = fmt.Sprintf(" + a CPU tier of %d blocks (chunks of %d), loaded at %.0f tok/s", c.CPUBlocks, c.CPUChunkBlocks, c.CPULoadTokensPerSec)
+	}
+	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens%s; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g%s\n\n",
+		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, tier, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss, quantum)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\trouters\tsharing\thit %\tvs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\tstaggered %\tstagger ms\t")
+	// With a CPU tier a column after the hit ratio says how much of it the tier loaded.
+	cpuCol, cpuBlank := "", ""
+	if c.CPUBlocks > 0 {
+		cpuCol, cpuBlank = "of it CPU %\t", "\t"
+	}
+	fmt.Fprintln(tw, "policy\trouters\tsharing\thit %\t"+cpuCol+"vs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\tstaggered %\tstagger ms\t")
 	pooled := rep.Reference.PooledLRUHitRatio
 	for _, r := range rep.Policies {
 		vs := "-"
@@ -457,12 +487,16 @@ func writeTable(w io.Writer, rep *simReport) {
 				share = "on"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", r.Name, r.Routers, share, 100*r.HitRatio, vs,
+		cpu := ""
+		if cpuCol != "" {
+			cpu = fmt.Sprintf("%.2f\t", 100*r.CPUHitRatio)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%s%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", r.Name, r.Routers, share, 100*r.HitRatio, cpu, vs,
 			r.TTFTMean, r.TTFTP50, r.TTFTP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens,
 			r.ShareBytesPerRouterPerSec, 100*r.StaggeredShare, r.StaggerMeanMs)
 	}
-	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t\t\t%.2f\t100.0%%\t\t\t\t\t\t\t\t\t\t\n", 100*pooled)
-	fmt.Fprintf(tw, "infinite cache (bound)\t\t\t%.2f\t\t\t\t\t\t\t\t\t\t\t\n", 100*rep.Reference.InfiniteHitRatio)
+	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t\t\t%.2f\t%s100.0%%\t\t\t\t\t\t\t\t\t\t\n", 100*pooled, cpuBlank)
+	fmt.Fprintf(tw, "infinite cache (bound)\t\t\t%.2f\t%s\t\t\t\t\t\t\t\t\t\t\t\n", 100*rep.Reference.InfiniteHitRatio, cpuBlank)
 	tw.Flush()
 	for _, r := range rep.Policies {
 		if r.Rejected > 0 {

@@ -7,8 +7,11 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prefixmesh/prefixmesh/routing"
 )
 
 // simArgs runs `router sim` on a short slice of the standard trace (shipped in data/traces).
@@ -51,7 +54,7 @@ func TestSimDeterministicJSON(t *testing.T) {
 	if err := json.Unmarshal(ja, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc.Policies) != 7 || doc.Config["requests"] != 300.0 {
+	if len(doc.Policies) != len(routing.PolicyNames()) || doc.Config["requests"] != 300.0 {
 		t.Fatalf("%d policies, config %v", len(doc.Policies), doc.Config)
 	}
 	for _, k := range []string{"name", "hit_ratio", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "e2e_mean_s",
@@ -97,6 +100,11 @@ func TestSimBadFlags(t *testing.T) {
 		{"--trace", "/nonexistent/trace.jsonl"},
 		{"--speed", "0"},
 		{"--arrival-quantum", "-1s"},
+		{"--policies", "prefixmesh-gpu"}, // without a CPU tier it is prefixmesh
+		{"--cpu-blocks", "-1"},
+		{"--cpu-blocks", "10", "--cpu-chunk-blocks", "4"},
+		{"--cpu-blocks", "16", "--cpu-chunk-blocks", "0"},
+		{"--cpu-blocks", "16", "--cpu-load-tokens-per-s", "0"},
 		{"extra"},
 	} {
 		var out, errb bytes.Buffer
@@ -138,5 +146,81 @@ func TestSimArrivalQuantum(t *testing.T) {
 	}
 	if ta == tb {
 		t.Fatalf("the same mean TTFT %v with and without bursts", ta)
+	}
+}
+
+// --cpu-blocks, --cpu-chunk-blocks and --cpu-load-tokens-per-s reach the nodes and the JSON
+// config; the table's header names the tier and a column shows the hits it loaded; and the
+// GPU-only prefixmesh runs beside prefixmesh.
+func TestSimCPUTierFlags(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "tiers.json")
+	out := simArgs(t, "--policies", "prefixmesh,prefixmesh-gpu", "--kv-blocks", "2048", "--cpu-blocks", "8192",
+		"--cpu-chunk-blocks", "2", "--cpu-load-tokens-per-s", "120000", "--json", p)
+	var doc struct {
+		Policies []map[string]any `json:"policies"`
+		Config   map[string]any   `json:"config"`
+	}
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if c := doc.Config; c["cpu_blocks"] != 8192.0 || c["cpu_chunk_blocks"] != 2.0 || c["cpu_load_tokens_per_s"] != 120000.0 || c["kv_blocks"] != 2048.0 {
+		t.Fatalf("config %v", c)
+	}
+	if len(doc.Policies) != 2 || doc.Policies[1]["name"] != "prefixmesh-gpu" {
+		t.Fatalf("policies %v", doc.Policies)
+	}
+	for _, r := range doc.Policies {
+		if v, _ := r["cpu_hit_ratio"].(float64); !(v > 0) {
+			t.Fatalf("%v: no hits loaded from the CPU tier", r["name"])
+		}
+	}
+	for _, want := range []string{"+ a CPU tier of 8192 blocks (chunks of 2), loaded at 120000 tok/s", "of it CPU %", "prefixmesh-gpu"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Without the tier the JSON says so (0 blocks) and no row has CPU hits.
+	q := filepath.Join(dir, "none.json")
+	simArgs(t, "--policies", "prefixmesh", "--json", q)
+	raw, err = os.ReadFile(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc.Policies, doc.Config = nil, nil
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, has := doc.Policies[0]["cpu_hit_ratio"]; has || doc.Config["cpu_blocks"] != 0.0 {
+		t.Fatalf("without a tier: config %v, row %v", doc.Config, doc.Policies[0])
+	}
+}
+
+// "all" lists prefixmesh-gpu, after prefixmesh, only when the nodes have a CPU tier.
+func TestSimPolicyList(t *testing.T) {
+	withTiers := slices.Insert(routing.PolicyNames(), 1, routing.PolicyPrefixMeshGPU)
+	for _, c := range []struct {
+		arg   string
+		tiers bool
+		want  []string
+	}{
+		{"all", false, routing.PolicyNames()},
+		{"all", true, withTiers},
+		{"", true, withTiers},
+		{"prefixmesh-gpu, dynamo-cost,prefixmesh-gpu", true, []string{"prefixmesh-gpu", "dynamo-cost"}},
+		{"llm-d", false, []string{"llm-d"}},
+	} {
+		got, err := parsePolicies(c.arg, c.tiers)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("parsePolicies(%q, tiers %v) = %v, %v; want %v", c.arg, c.tiers, got, err, c.want)
+		}
+	}
+	if _, err := parsePolicies("prefixmesh,prefixmesh-gpu", false); err == nil {
+		t.Error("prefixmesh-gpu accepted without a CPU tier")
 	}
 }

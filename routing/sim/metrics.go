@@ -10,7 +10,7 @@ import (
 // readable without units.
 type Result struct {
 	Name               string  `json:"name"`
-	HitRatio           float64 `json:"hit_ratio"`   // sum matched tokens / sum prompt tokens
+	HitRatio           float64 `json:"hit_ratio"`   // sum matched tokens (GPU and CPU tier) / sum prompt tokens
 	TTFTMean           float64 `json:"ttft_mean_s"` // arrival → end of prefill
 	TTFTP50            float64 `json:"ttft_p50_s"`
 	TTFTP99            float64 `json:"ttft_p99_s"`
@@ -19,6 +19,9 @@ type Result struct {
 	ImbalanceInFlight  float64 `json:"imbalance_inflight"`   // max/mean per-node peak in-flight requests
 	EstimateExactShare float64 `json:"estimate_exact_share"` // estimate for the chosen node == actual match
 	EstimateMAETokens  float64 `json:"estimate_mae_tokens"`  // mean |estimate − actual|
+	// CPUHitRatio is the part of HitRatio loaded from the nodes' CPU tiers (Config.CPUBlocks);
+	// absent without one.
+	CPUHitRatio float64 `json:"cpu_hit_ratio,omitempty"`
 
 	// Many routers (routing/POLICIES.md, "Many routers"): how many, whether they shared, and what the wire cost.
 	Routers                      int     `json:"routers"`
@@ -73,6 +76,7 @@ func Imbalance(xs []float64) float64 {
 // collector accumulates one run's measurements.
 type collector struct {
 	promptTokens, matchedTokens int64
+	loadedTokens                int64 // of matchedTokens, loaded from a CPU tier
 	ttft, e2e                   []float64
 	estimates, exact            int
 	absErr                      int64
@@ -94,6 +98,7 @@ func (c *collector) result(name string, prefill, peak []float64) Result {
 	r := Result{Name: name, Served: len(c.ttft), Rejected: c.rejected}
 	if c.promptTokens > 0 {
 		r.HitRatio = float64(c.matchedTokens) / float64(c.promptTokens)
+		r.CPUHitRatio = float64(c.loadedTokens) / float64(c.promptTokens)
 	}
 	r.TTFTs = slices.Clone(c.ttft)
 	slices.Sort(r.TTFTs)

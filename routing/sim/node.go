@@ -18,17 +18,27 @@ import (
 //   - the head is admitted when no prefill is running, fewer than maxConcurrent sequences are
 //     running and the pool can hold it (kvpool.Admit: lookup, evict under pressure, allocate);
 //     a pool that is busy blocks the head until a sequence finishes;
+//   - with a CPU tier (Config.CPUBlocks), the blocks it holds right after the GPU prefix are
+//     loaded at the load rate (kvpool.CPUTier.Load, kvpool.Costs.LoadTime) on the prefill
+//     stream, before the rest is prefilled, and count as cached, as vLLM counts its connector's
+//     tokens;
 //   - the uncached tokens are prefilled at the prefill rate, one sequence at a time
 //     (kvpool.Costs.PrefillTime); at its end the prompt is inserted into the tree and the first
 //     token is out (TTFT);
 //   - output tokens are decoded at the per-sequence decode rate (kvpool.Costs.DecodeTime),
 //     concurrently with other sequences' prefill and decode; then the sequence finishes and
 //     releases its blocks.
+//
+// With a CPU tier the pool's cache is a kvpool.SpillCache over the tree: the chunks the GPU
+// evicts spill into the tier (LRU), the simulated engine's model exactly. The tier's blocks
+// reach the routers in the node's summary (summary.go).
 type node struct {
 	idx   int // position in the fleet
 	id    string
 	epoch uint64
 	tree  *local.RadixTree
+	cpu   *kvpool.CPUTier // nil without a CPU tier
+	sum   *summary        // what the node publishes: the tree's and the tier's changes
 	pool  *kvpool.Pool
 	costs kvpool.Costs
 	max   int // concurrent sequences (prefilling + decoding)
@@ -53,8 +63,9 @@ type node struct {
 	prefillDone int64  // tokens prefilled (uncached), for the imbalance metric
 }
 
-// queued is a waiting request and its uncached tokens as peeked on arrival, which is what the
-// node reports as queued prefill work (the engine cannot know the match before admission).
+// queued is a waiting request and its uncached tokens as peeked on arrival (the GPU prefix and
+// what the CPU tier would load after it are not), which is what the node reports as queued
+// prefill work (the engine cannot know the match before admission).
 type queued struct {
 	req, uncached int
 }
@@ -70,7 +81,20 @@ var _ local.PrefixCache = (*local.RadixTree)(nil)
 
 func newNode(i int, cfg *Config) (*node, error) {
 	tree := local.NewRadixTree(local.Options{})
-	pool, err := kvpool.New(tree, cfg.BlocksPerNode, cfg.BlockSize)
+	var (
+		cache local.PrefixCache = tree
+		cpu   *kvpool.CPUTier
+		err   error
+	)
+	if cfg.CPUBlocks > 0 {
+		if cpu, err = kvpool.NewCPUTier(cfg.CPUBlocks, cfg.CPUChunkBlocks, cfg.BlockSize); err != nil {
+			return nil, fmt.Errorf("node %d: %w", i, err)
+		}
+		if cache, err = kvpool.NewSpillCache(tree, cpu, cfg.BlocksPerNode, cfg.BlockSize); err != nil {
+			return nil, fmt.Errorf("node %d: %w", i, err)
+		}
+	}
+	pool, err := kvpool.New(cache, cfg.BlocksPerNode, cfg.BlockSize)
 	if err != nil {
 		return nil, fmt.Errorf("node %d: %w", i, err)
 	}
@@ -79,12 +103,16 @@ func newNode(i int, cfg *Config) (*node, error) {
 		speed = cfg.NodeSpeeds[i%len(cfg.NodeSpeeds)]
 	}
 	return &node{
-		idx:        i,
-		id:         "node-" + strconv.Itoa(i),
-		epoch:      uint64(i) + 1,
-		tree:       tree,
-		pool:       pool,
-		costs:      kvpool.Costs{PrefillTokensPerSec: cfg.PrefillTokensPerSec * speed, DecodeTokensPerSec: cfg.DecodeTokensPerSec * speed},
+		idx:   i,
+		id:    "node-" + strconv.Itoa(i),
+		epoch: uint64(i) + 1,
+		tree:  tree,
+		cpu:   cpu,
+		sum:   newSummary(tree, cpu),
+		pool:  pool,
+		// A slower node computes slower; its host-to-GPU copies (LoadTokensPerSec) do not.
+		costs: kvpool.Costs{PrefillTokensPerSec: cfg.PrefillTokensPerSec * speed, DecodeTokensPerSec: cfg.DecodeTokensPerSec * speed,
+			LoadTokensPerSec: cfg.CPULoadTokensPerSec},
 		max:        cfg.MaxConcurrent,
 		prefilling: -1,
 		seqs:       make(map[int]running),
@@ -114,7 +142,11 @@ func (n *node) load(now time.Duration) load {
 // enqueue puts request r at the back of the waiting queue.
 func (n *node) enqueue(s *Sim, r int) {
 	req := &s.trace.Requests[r]
-	q := queued{req: r, uncached: len(req.Tokens) - n.tree.PeekMatchedTokens(req.Tokens, s.cfg.BlockSize, 0)}
+	cached := n.tree.PeekMatchedTokens(req.Tokens, s.cfg.BlockSize, 0)
+	if n.cpu != nil {
+		cached += n.cpu.Loadable(n.cpu.Peek(req.Tokens, 0, cached))
+	}
+	q := queued{req: r, uncached: len(req.Tokens) - cached}
 	n.waitingTok += q.uncached
 	n.waiting = append(n.waiting, q)
 }
@@ -142,12 +174,18 @@ func (n *node) tryStart(s *Sim) {
 			}
 		}
 		n.seqs[r] = running{seq: seq, blocks: blocks}
-		matched := seq.MatchedTokens()
-		s.admitted(r, matched)
+		matched, loaded := seq.MatchedTokens(), 0
+		if n.cpu != nil {
+			// vLLM asks its connector for the tokens past the local hit
+			// (get_num_new_matched_tokens) and loads them into the sequence's fresh blocks, which
+			// the insert after prefill puts on the GPU; the CPU copy stays.
+			loaded = n.cpu.Load(req.Tokens, 0, matched)
+		}
+		s.admitted(r, matched, loaded)
 		n.prefilling = r
-		n.prefillTokens = len(req.Tokens) - matched
+		n.prefillTokens = len(req.Tokens) - matched - loaded
 		n.prefillStart = s.q.now
-		n.prefillEnd = s.q.now + n.costs.PrefillTime(n.prefillTokens)
+		n.prefillEnd = s.q.now + n.costs.LoadTime(loaded) + n.costs.PrefillTime(n.prefillTokens)
 		n.prefillDone += int64(n.prefillTokens)
 		s.q.schedule(event{at: n.prefillEnd, kind: evPrefillDone, node: n.idx, req: r})
 	}

@@ -9,15 +9,29 @@ import (
 
 // References computes what no routing can beat by placement alone: the token hit ratio of one
 // pooled LRU cache of Nodes × BlocksPerNode blocks with no load limit (a single RadixTree and
-// kvpool fed the trace one request at a time: admit, insert, finish), and of an infinite cache
-// (every full block ever seen stays cached).
+// kvpool fed the trace one request at a time: admit, insert, finish; with a CPU tier, one tier
+// of Nodes × CPUBlocks blocks behind it, its loads counted as hits as the nodes count them), and
+// of an infinite cache (every full block ever seen stays cached).
 func References(trace *Trace, cfg Config) (Reference, error) {
 	if err := cfg.Validate(); err != nil {
 		return Reference{}, err
 	}
 	bs := cfg.BlockSize
 	tree := local.NewRadixTree(local.Options{})
-	pool, err := kvpool.New(tree, cfg.Nodes*cfg.BlocksPerNode, bs)
+	var (
+		cache local.PrefixCache = tree
+		cpu   *kvpool.CPUTier
+		err   error
+	)
+	if cfg.CPUBlocks > 0 {
+		if cpu, err = kvpool.NewCPUTier(cfg.Nodes*cfg.CPUBlocks, cfg.CPUChunkBlocks, bs); err != nil {
+			return Reference{}, fmt.Errorf("pooled reference: %w", err)
+		}
+		if cache, err = kvpool.NewSpillCache(tree, cpu, cfg.Nodes*cfg.BlocksPerNode, bs); err != nil {
+			return Reference{}, fmt.Errorf("pooled reference: %w", err)
+		}
+	}
+	pool, err := kvpool.New(cache, cfg.Nodes*cfg.BlocksPerNode, bs)
 	if err != nil {
 		return Reference{}, fmt.Errorf("pooled reference: %w", err)
 	}
@@ -32,6 +46,9 @@ func References(trace *Trace, cfg Config) (Reference, error) {
 		}
 		prompt += int64(len(req.Tokens))
 		pooled += int64(seq.MatchedTokens())
+		if cpu != nil {
+			pooled += int64(cpu.Load(req.Tokens, 0, seq.MatchedTokens()))
+		}
 		_ = seq.Insert()
 		_ = seq.Finish()
 

@@ -133,7 +133,7 @@ func (rt *router) startRepair(s *Sim, ni int) {
 // repair pulls node ni's full summary (NodeCache.GetSummary) and installs it.
 func (rt *router) repair(s *Sim, ni int) {
 	n := s.nodes[ni]
-	hashes, head := n.tree.SummarySnapshot(nil)
+	hashes, head := n.sum.snapshot(nil)
 	rt.index.ReplaceNode(n.id, n.epoch, head, hashes)
 	rt.views[ni].repairing = false
 	rt.repairs++

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/local/kvpool"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -21,6 +22,23 @@ type Config struct {
 	// BlocksPerNode is each node's KV pool. 32,768 blocks × 16 tokens is 512k tokens, about what
 	// a 7–8B model with GQA keeps on an 80 GB GPU after its weights.
 	BlocksPerNode int
+	// CPUBlocks is each node's CPU KV tier in GPU-sized blocks, as vLLM's OffloadingConnector
+	// keeps one in host memory (kvpool.CPUTier, the simulated engine's tier): 0, off. When set,
+	// the chunks the GPU evicts spill into it (LRU), the blocks it holds right after a request's
+	// GPU prefix are loaded at CPULoadTokensPerSec instead of prefilled, and the node's summary
+	// carries them under their tier keys. At most kvpool.MaxBlocks, a multiple of
+	// CPUChunkBlocks.
+	CPUBlocks int
+	// CPUChunkBlocks is how many GPU blocks make one CPU block, spilled, loaded and evicted
+	// whole: 1, vLLM's default (vllm/v1/kv_offload/spec.py: the offloaded block_size defaults to
+	// the GPU block size).
+	CPUChunkBlocks int
+	// CPULoadTokensPerSec is the rate at which CPU-held tokens load back into the GPU:
+	// 150,000 tokens/s, 15× the prefill rate, the simulated engine's default (vLLM's
+	// KV-offloading blog, 2026-01-08: ~50 GB/s GPU↔CPU on an H100 against ~128 KiB of KV a
+	// token for an 8B model, ≈2.6 µs a token against ≈40 µs to prefill one). Node speeds do not
+	// scale it.
+	CPULoadTokensPerSec float64
 	// PrefillTokensPerSec is the uncached prefill rate of a node; 10,000 tokens/s is the order
 	// of a 7–13B model on one H100-class GPU.
 	PrefillTokensPerSec float64
@@ -104,6 +122,8 @@ func DefaultConfig() Config {
 		Nodes:               8,
 		BlockSize:           16,
 		BlocksPerNode:       32768,
+		CPUChunkBlocks:      1,
+		CPULoadTokensPerSec: 150000,
 		PrefillTokensPerSec: 10000,
 		DecodeTokensPerSec:  50,
 		MaxConcurrent:       64,
@@ -139,6 +159,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: rates must be positive", ErrConfig)
 	case slices.ContainsFunc(c.NodeSpeeds, func(v float64) bool { return !(v > 0) || math.IsInf(v, 1) }):
 		return fmt.Errorf("%w: node speeds %v must be positive", ErrConfig, c.NodeSpeeds)
+	case c.CPUBlocks < 0 || c.CPUBlocks > kvpool.MaxBlocks:
+		return fmt.Errorf("%w: CPU blocks %d outside 0..%d", ErrConfig, c.CPUBlocks, kvpool.MaxBlocks)
+	case c.CPUBlocks > 0 && (c.CPUChunkBlocks <= 0 || c.CPUBlocks%c.CPUChunkBlocks != 0):
+		return fmt.Errorf("%w: CPU blocks %d must be a multiple of a positive chunk (%d blocks): the tier holds whole chunks", ErrConfig, c.CPUBlocks, c.CPUChunkBlocks)
+	case c.CPUBlocks > 0 && (!(c.CPULoadTokensPerSec > 0) || math.IsInf(c.CPULoadTokensPerSec, 1)):
+		return fmt.Errorf("%w: CPU load rate %v must be positive and finite", ErrConfig, c.CPULoadTokensPerSec)
 	case c.MaxConcurrent <= 0:
 		return fmt.Errorf("%w: max concurrent %d must be positive", ErrConfig, c.MaxConcurrent)
 	case c.Delay < 0 || c.RepairDelay < 0 || c.OverlayTTL < 0:
@@ -424,14 +450,16 @@ func (s *Sim) end(r int, ok bool) {
 	s.ended++
 }
 
-// admitted records the node's actual match at admission, for hit ratio and estimate accuracy;
-// the estimate is compared with what a vLLM engine would report for that match as cached_tokens
-// (local.EngineCachedTokens), as the daemons compare it with the engine's report.
-func (s *Sim) admitted(r, matched int) {
+// admitted records the node's actual match at admission, matched tokens on the GPU and loaded
+// from the CPU tier, for hit ratio and estimate accuracy; the estimate is compared with what a
+// vLLM engine would report for that match as cached_tokens (local.EngineCachedTokens of both, as
+// vLLM counts its connector's tokens), as the daemons compare it with the engine's report.
+func (s *Sim) admitted(r, matched, loaded int) {
 	n := len(s.trace.Requests[r].Tokens)
 	s.col.promptTokens += int64(n)
-	s.col.matchedTokens += int64(matched)
-	s.col.estimate(s.reqs[r].estimate, local.EngineCachedTokens(matched, n, s.cfg.BlockSize))
+	s.col.matchedTokens += int64(matched + loaded)
+	s.col.loadedTokens += int64(loaded)
+	s.col.estimate(s.reqs[r].estimate, local.EngineCachedTokens(matched+loaded, n, s.cfg.BlockSize))
 }
 
 // reject drops a request no node can ever hold.
@@ -463,12 +491,12 @@ func (s *Sim) changed(n *node) {
 	at := s.q.now + s.cfg.Delay
 	var head uint64
 	var ok bool
-	s.events, head, ok = n.tree.SummarySince(n.published, s.events[:0])
+	s.events, head, ok = n.sum.since(n.published, s.events[:0])
 	switch {
 	case !ok:
 		m := s.newMessage(ni)
 		msg := &s.msgs[m]
-		msg.snapshot, head = n.tree.SummarySnapshot(msg.snapshot[:0])
+		msg.snapshot, head = n.sum.snapshot(msg.snapshot[:0])
 		msg.full, msg.to = true, head
 		s.fanOut(m, at, evDelta) // a snapshot is pulled over gRPC: not lost
 	case len(s.events) > 0:
