@@ -449,3 +449,14 @@ func TestEligibilityOnePredicatePerNode(t *testing.T) {
 		t.Fatalf("eligible %v after %d membership tests, want [%d] after %d", got, calls, n-1, n)
 	}
 }
+
+// A prefill-only node never takes a whole request or a decode leg; only it takes prefill legs.
+func TestEligibilityRoles(t *testing.T) {
+	nodes := []NodeInfo{{ID: "b", Alive: true}, {ID: "p", Alive: true, Role: RolePrefill}, {ID: "d", Alive: true, Role: RoleDecode}}
+	if got := AppendEligible(nil, nodes, &Eligibility{}); len(got) != 2 || got[0] != 0 || got[1] != 2 {
+		t.Fatalf("whole requests and decode legs: %v, want both and decode", got)
+	}
+	if got := AppendEligible(nil, nodes, &Eligibility{Prefill: true}); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("prefill legs: %v, want the prefill node", got)
+	}
+}

@@ -82,4 +82,17 @@ func setMirrorInfo(in *routing.NodeInfo, n *cluster.NodeStatus, t time.Time) {
 	in.ID, in.Alive, in.Draining, in.Cold, in.Model = n.Meta.NodeID, true, n.Meta.Draining, n.Meta.Cold, n.Meta.Model
 	in.QueuedPrefillTokens, in.Running, in.Waiting = int(n.Load.QueuedPrefillTokens), int(n.Load.Running), int(n.Load.Waiting)
 	in.FreeBlocks, in.CapacityBlocks, in.BlockSize = int(n.Load.FreeBlocks), int(n.Meta.KVCapacity), int(n.Meta.BlockSize)
+	in.Role = routingRole(n.Meta.Serving)
+}
+
+// routingRole is the routing package's name for a gossiped serving role; a role of a later
+// release is treated as both (it serves whole requests until this router knows better).
+func routingRole(r cluster.ServingRole) routing.Role {
+	switch r {
+	case cluster.ServePrefill:
+		return routing.RolePrefill
+	case cluster.ServeDecode:
+		return routing.RoleDecode
+	}
+	return routing.RoleBoth
 }
