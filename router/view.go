@@ -6,6 +6,7 @@ import (
 
 	"github.com/prefixmesh/prefixmesh/cluster"
 	"github.com/prefixmesh/prefixmesh/local"
+	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -83,27 +84,12 @@ func (v *View) Nodes(s *Snapshot) {
 	}
 }
 
-// nodeInfo is the routing view of a mirrored node at now.
+// nodeInfo is the routing view of a mirrored node at now (requests.SetNodeInfo, the one
+// translation every door uses).
 func nodeInfo(n *cluster.NodeStatus, now time.Time) routing.NodeInfo {
-	m := &n.Meta
-	age := time.Duration(0)
-	if !n.LoadRecv.IsZero() {
-		age = now.Sub(n.LoadRecv)
-	}
-	return routing.NodeInfo{
-		ID:                  m.NodeID,
-		Alive:               true,
-		Draining:            m.Draining,
-		Cold:                m.Cold,
-		Model:               m.Model,
-		QueuedPrefillTokens: int(n.Load.QueuedPrefillTokens),
-		Running:             int(n.Load.Running),
-		Waiting:             int(n.Load.Waiting),
-		FreeBlocks:          int(n.Load.FreeBlocks),
-		CapacityBlocks:      int(m.KVCapacity),
-		LoadAge:             age,
-		BlockSize:           int(m.BlockSize),
-	}
+	var in routing.NodeInfo
+	requests.SetNodeInfo(&in, n, now)
+	return in
 }
 
 // For fills s for a prompt: every node the mirror has synced at least once (a node still

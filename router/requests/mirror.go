@@ -36,7 +36,7 @@ func (m MirrorNodes) Nodes() []NodeTarget {
 	for i := range st {
 		if n := &st[i]; listed(n) {
 			out = append(out, NodeTarget{EngineURL: n.Meta.EngineURL})
-			setMirrorInfo(&out[len(out)-1].Info, n, t)
+			SetNodeInfo(&out[len(out)-1].Info, n, t)
 		}
 	}
 	return out
@@ -53,7 +53,7 @@ func (m MirrorNodes) AppendEligible(infos []routing.NodeInfo, urls []string, el 
 		// Built in place, and taken back if el refuses it: a NodeInfo is 168 bytes.
 		infos = append(infos, routing.NodeInfo{})
 		in := &infos[len(infos)-1]
-		setMirrorInfo(in, n, t)
+		SetNodeInfo(in, n, t)
 		if !el.Eligible(in) {
 			infos = infos[:len(infos)-1]
 			continue
@@ -73,9 +73,9 @@ func (m MirrorNodes) now() time.Time {
 // listed is whether the router routes to n at all: synced once, with an engine URL.
 func listed(n *cluster.NodeStatus) bool { return n.Synced && n.Meta.EngineURL != "" }
 
-// setMirrorInfo fills in, a zero NodeInfo, with the routing view of a mirrored node at t (field
+// SetNodeInfo fills in, a zero NodeInfo, with the routing view of a mirrored node at t (field
 // by field: the NodeInfo is already in place in the caller's slice).
-func setMirrorInfo(in *routing.NodeInfo, n *cluster.NodeStatus, t time.Time) {
+func SetNodeInfo(in *routing.NodeInfo, n *cluster.NodeStatus, t time.Time) {
 	if !n.LoadRecv.IsZero() {
 		in.LoadAge = t.Sub(n.LoadRecv)
 	}
