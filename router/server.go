@@ -55,6 +55,10 @@ type Config struct {
 	// call: a server span whose parent is the caller's traceparent (gRPC metadata), with tokenize
 	// (text prompts) and decide under it. nil (default): no span work at all.
 	TracerProvider trace.TracerProvider
+	// Disaggregate is when a request's prefill runs on a prefill node (routing.PlanPrefill):
+	// auto (the zero value) when it reaches the first token sooner, always, or never. With no
+	// prefill node in the fleet every request is served whole.
+	Disaggregate routing.DisaggMode
 }
 
 // DefaultConfig returns the first version's policy: longest-prefix with routing's defaults.
@@ -76,6 +80,7 @@ type Server struct {
 	tracer  trace.Tracer
 	tracing bool          // cfg.TracerProvider records (trace.go)
 	flow    flow.Admitter // nil: off
+	disagg  routing.DisaggMode
 }
 
 type scratch struct {
@@ -83,6 +88,8 @@ type scratch struct {
 	eligible []int
 	nodes    []routing.NodeInfo
 	choice   routing.Choice
+	prefill  []int // the snapshot's prefill nodes the request may use
+	pnodes   []routing.NodeInfo
 }
 
 var _ pb.RouterServer = (*Server)(nil)
@@ -107,7 +114,7 @@ func NewServer(view *View, cfg Config, reg prometheus.Registerer) (*Server, erro
 	if err != nil {
 		return nil, fmt.Errorf("router: register metrics: %w", err)
 	}
-	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m, flow: cfg.Flow,
+	s := &Server{view: view, dec: d, tok: cfg.Tokenizer, pins: cfg.Pins, metrics: m, flow: cfg.Flow, disagg: cfg.Disaggregate,
 		tracer: spans.Tracer(cfg.TracerProvider, tracerName), tracing: spans.Enabled(cfg.TracerProvider)}
 	if cfg.Ejector != nil {
 		s.ejected = cfg.Ejector.Ejected
@@ -235,6 +242,7 @@ func (s *Server) route(ctx context.Context, req *pb.RouteRequest, now time.Time)
 			requests.ExpectedTTFT(&sc.nodes[c.Node], len(tokens)-c.MatchedTokens), len(tokens))
 		decide.SetAttributes(spans.AttrDryRun.Bool(req.GetDryRun()))
 	}
+	s.planPrefill(sc, &dr, resp, now)
 	for _, cd := range c.Candidates {
 		score := cd.Score
 		if math.IsNaN(score) {
@@ -274,5 +282,27 @@ func (s *Server) candidates(sc *scratch, req *pb.RouteRequest) error {
 	for _, i := range sc.eligible {
 		sc.nodes = append(sc.nodes, sn.Nodes[i])
 	}
+	// The prefill pool under the same rule (routing.Eligibility.Prefill).
+	el.Prefill = true
+	sc.prefill = routing.AppendEligible(sc.prefill[:0], sn.Nodes, &el)
 	return nil
+}
+
+// planPrefill names in resp the prefill node the request's prefill should run on, if any
+// (routing.Decider.PlanPrefill over the prefill pool), with the plan's reason. Route records
+// only the decode decision: the client sends both legs itself.
+func (s *Server) planPrefill(sc *scratch, dr *routing.DecideRequest, resp *pb.RouteResponse, now time.Time) {
+	c := &sc.choice
+	sc.pnodes = sc.pnodes[:0]
+	for _, i := range sc.prefill {
+		sc.pnodes = append(sc.pnodes, sc.snap.Nodes[i])
+	}
+	pf := s.dec.PlanPrefill(dr, &sc.nodes[c.Node], c, sc.pnodes, s.disagg, now, routing.CommitNone)
+	resp.PrefillReason = pf.Plan.Reason
+	if pf.Node < 0 {
+		return
+	}
+	m := sc.snap.Meta[sc.prefill[pf.Node]]
+	resp.PrefillNodeId, resp.PrefillGrpcAddress, resp.PrefillEngineUrl = m.NodeID, m.GRPCAddr, m.EngineURL
+	resp.PrefillEstimatedMatchedTokens = int64(pf.MatchedTokens)
 }

@@ -216,3 +216,47 @@ func TestRouteWithoutTokenizer(t *testing.T) {
 		t.Fatalf("no nodes: %v", err)
 	}
 }
+
+// Route under P/D: a prefill-only node is never the answer's node, and with a busy decode node
+// the answer names the idle prefill node too (its reason: remote-faster); with --disaggregate
+// never, or no prefill node, it names none.
+func TestRoutePrefillDecode(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	p := seq(8192, 1)
+	idx.ReplaceNode("d", 1, 1, nil)
+	idx.ReplaceNode("p", 1, 1, nil)
+	dn, pn := node("d", 16, true, 0), node("p", 16, true, 0)
+	dn.Meta.Serving, pn.Meta.Serving = cluster.ServeDecode, cluster.ServePrefill
+	dn.Load.QueuedPrefillTokens = 40000 // 4 s of prefill ahead at the default rate
+	for _, tc := range []struct {
+		name        string
+		mode        routing.DisaggMode
+		mirror      fakeMirror
+		wantNode    string
+		wantPrefill string
+		wantReason  string
+	}{
+		{"busy decode node", routing.DisaggAuto, fakeMirror{dn, pn}, "d", "p", routing.PrefillRemoteFaster},
+		{"never", routing.DisaggNever, fakeMirror{dn, pn}, "d", "", routing.PrefillLocalNever},
+		{"no prefill node", routing.DisaggAuto, fakeMirror{dn}, "d", "", routing.PrefillLocalNoNode},
+	} {
+		cfg := DefaultConfig()
+		cfg.Policy = routing.PolicyPrefixMesh
+		cfg.Disaggregate = tc.mode
+		srv, err := NewServer(NewView(tc.mirror, idx), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := startServer(t, srv).Route(context.Background(), &pb.RouteRequest{Tokens: p, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.NodeId != tc.wantNode || resp.PrefillNodeId != tc.wantPrefill || resp.PrefillReason != tc.wantReason {
+			t.Errorf("%s: node %q prefill %q (%s), want %q, %q (%s)", tc.name, resp.NodeId, resp.PrefillNodeId, resp.PrefillReason,
+				tc.wantNode, tc.wantPrefill, tc.wantReason)
+		}
+		if tc.wantPrefill != "" && (resp.PrefillEngineUrl != "http://p" || resp.PrefillGrpcAddress != "p:7000") {
+			t.Errorf("%s: prefill addresses %q %q", tc.name, resp.PrefillEngineUrl, resp.PrefillGrpcAddress)
+		}
+	}
+}

@@ -86,6 +86,9 @@ type ServeConfig struct {
 	// "cpu=0.0667,disk=0.85,storage=0.85,remote=1.4" by default; a tier at 1 or more earns no
 	// credit.
 	TierLoadCost string
+	// Disaggregate is when a request's prefill runs on a prefill node (--role prefill agents):
+	// auto (default: when it reaches the first token sooner), always or never.
+	Disaggregate string
 	// Tokenizer tokenises text prompts: cl100k_base (the simulated engine's), bytes, engine
 	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
@@ -201,6 +204,7 @@ func DefaultServeConfig() ServeConfig {
 		MissPenalty:         routing.DefaultPolicyConfig().MissPenalty,
 		MinLoadBound:        routing.DefaultPolicyConfig().MinLoadBound,
 		TierLoadCost:        routing.FormatTierCosts(routing.DefaultPolicyConfig().TierLoadCost),
+		Disaggregate:        routing.DisaggAuto.String(),
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         requests.DefaultConfig().MaxInFlight,
 		MaxBodyBufferBytes:  requests.DefaultConfig().MaxBodyBufferBytes,
@@ -357,6 +361,9 @@ func (c ServeConfig) Validate() error {
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
 	}
+	if _, err := routing.ParseDisaggMode(c.Disaggregate); err != nil {
+		return bad("--disaggregate %q: want auto, always or never", c.Disaggregate)
+	}
 	var costs [local.NumTiers]float64
 	if err := routing.ParseTierCosts(c.TierLoadCost, &costs); err != nil {
 		return bad("--tier-load-cost %q: %v", c.TierLoadCost, err)
@@ -507,6 +514,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing `policy`: "+strings.Join(routing.PolicyNames(), ", "))
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
 	fs.Float64Var(&cfg.MissPenalty, "miss-penalty", cfg.MissPenalty, "extra `weight` of uncached prefill tokens in prefixmesh's cost (as in sim)")
+	fs.StringVar(&cfg.Disaggregate, "disaggregate", cfg.Disaggregate, "`when` a request's prefill runs on a prefill node (--role prefill agents): auto (when it reaches the first token sooner), always or never")
 	fs.StringVar(&cfg.TierLoadCost, "tier-load-cost", cfg.TierLoadCost, "each lower tier's `costs` to load a token, as a fraction of prefilling it: the prior before a node's own is learned (cpu=…,disk=…,storage=…,remote=…; 1 or more earns no credit)")
 	fs.IntVar(&cfg.MinLoadBound, "min-load-bound", cfg.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in `requests` (as in sim; 0: the pure guard)")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `spec`: cl100k_base, bytes, hf:DIR (a model's tokenizer.json and chat template, exact in Go), render:URL (a vLLM render server), engine (front door only) or none")

@@ -307,6 +307,7 @@ func (d *routerd) buildDecisionPath() error {
 	rcfg.Pins = d.plane.table
 	rcfg.Decider = d.decider
 	rcfg.TracerProvider = d.tracer
+	rcfg.Disaggregate, _ = routing.ParseDisaggMode(d.cfg.Disaggregate) // validated
 	if fc != nil {
 		rcfg.Flow = fc
 	}

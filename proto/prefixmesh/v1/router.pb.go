@@ -211,7 +211,18 @@ type RouteResponse struct {
 	// Why the node was chosen (the policy's reason, e.g. "longest-prefix").
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Number of prompt tokens (after tokenising text).
-	PromptTokens  int64 `protobuf:"varint,7,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	PromptTokens int64 `protobuf:"varint,7,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// Prefill/decode disaggregation (the router's --disaggregate): when the request's prefill
+	// should run on a prefill node, that node; node_id above is then the decode node, which pulls
+	// the prompt's KV from it. Empty when the request is served whole on node_id.
+	PrefillNodeId      string `protobuf:"bytes,8,opt,name=prefill_node_id,json=prefillNodeId,proto3" json:"prefill_node_id,omitempty"`
+	PrefillGrpcAddress string `protobuf:"bytes,9,opt,name=prefill_grpc_address,json=prefillGrpcAddress,proto3" json:"prefill_grpc_address,omitempty"`
+	PrefillEngineUrl   string `protobuf:"bytes,10,opt,name=prefill_engine_url,json=prefillEngineUrl,proto3" json:"prefill_engine_url,omitempty"`
+	// Tokens of the prompt the router estimates the prefill node has cached.
+	PrefillEstimatedMatchedTokens int64 `protobuf:"varint,11,opt,name=prefill_estimated_matched_tokens,json=prefillEstimatedMatchedTokens,proto3" json:"prefill_estimated_matched_tokens,omitempty"`
+	// Why the prefill runs where it does: remote-faster, always, local-faster, decode-node-cached,
+	// no-prefill-node or never.
+	PrefillReason string `protobuf:"bytes,12,opt,name=prefill_reason,json=prefillReason,proto3" json:"prefill_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +306,41 @@ func (x *RouteResponse) GetPromptTokens() int64 {
 	return 0
 }
 
+func (x *RouteResponse) GetPrefillNodeId() string {
+	if x != nil {
+		return x.PrefillNodeId
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetPrefillGrpcAddress() string {
+	if x != nil {
+		return x.PrefillGrpcAddress
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetPrefillEngineUrl() string {
+	if x != nil {
+		return x.PrefillEngineUrl
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetPrefillEstimatedMatchedTokens() int64 {
+	if x != nil {
+		return x.PrefillEstimatedMatchedTokens
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetPrefillReason() string {
+	if x != nil {
+		return x.PrefillReason
+	}
+	return ""
+}
+
 var File_prefixmesh_v1_router_proto protoreflect.FileDescriptor
 
 const file_prefixmesh_v1_router_proto_rawDesc = "" +
@@ -313,7 +359,7 @@ const file_prefixmesh_v1_router_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x128\n" +
 	"\x18estimated_matched_tokens\x18\x02 \x01(\x03R\x16estimatedMatchedTokens\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x14\n" +
-	"\x05score\x18\x04 \x01(\x01R\x05score\"\xa0\x02\n" +
+	"\x05score\x18\x04 \x01(\x01R\x05score\"\x98\x04\n" +
 	"\rRouteResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12\x1d\n" +
@@ -324,7 +370,13 @@ const file_prefixmesh_v1_router_proto_rawDesc = "" +
 	"candidates\x18\x05 \x03(\v2\x1d.prefixmesh.v1.RouteCandidateR\n" +
 	"candidates\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12#\n" +
-	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens2L\n" +
+	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x12&\n" +
+	"\x0fprefill_node_id\x18\b \x01(\tR\rprefillNodeId\x120\n" +
+	"\x14prefill_grpc_address\x18\t \x01(\tR\x12prefillGrpcAddress\x12,\n" +
+	"\x12prefill_engine_url\x18\n" +
+	" \x01(\tR\x10prefillEngineUrl\x12G\n" +
+	" prefill_estimated_matched_tokens\x18\v \x01(\x03R\x1dprefillEstimatedMatchedTokens\x12%\n" +
+	"\x0eprefill_reason\x18\f \x01(\tR\rprefillReason2L\n" +
 	"\x06Router\x12B\n" +
 	"\x05Route\x12\x1b.prefixmesh.v1.RouteRequest\x1a\x1c.prefixmesh.v1.RouteResponseBCZAgithub.com/prefixmesh/prefixmesh/proto/prefixmesh/v1;prefixmeshv1b\x06proto3"
 
