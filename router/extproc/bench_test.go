@@ -40,8 +40,11 @@ type benchFleet struct {
 	text    []byte // an 8k-token completions body of text (cl100k_base)
 }
 
+// benchBlockSize is the bench fleet's block size in tokens (the simulated engine's).
+const benchBlockSize = 16
+
 func newBenchFleet(b *testing.B) *benchFleet {
-	const nodes, bs = 16, 16
+	const nodes, bs = 16, benchBlockSize
 	tok, err := tokenizer.New(tokenizer.CL100kBase)
 	if err != nil {
 		b.Fatal(err)
@@ -177,11 +180,13 @@ func (f *benchFleet) eppRoundTrip(b *testing.B, body []byte) (full, tail time.Du
 }
 
 // BenchmarkDecision is the decision latency of an 8k-token prompt over 16 nodes, three ways in
-// the same run, each its own loop (so that each pays for its own garbage), reported as p50/p99
-// in µs and CPU per request:
+// the same run beside hashing its prompt, each its own loop (so that each pays for its own
+// garbage), reported as p50/p99 in µs and CPU per request:
 //
+//	hash       hashing the prompt's ids into its block hashes (local.AppendBlockHashes), the
+//	           floor the picker is measured against
 //	picker     requests.PolicyPicker.Pick on the token ids (candidates, hashing, estimate,
-//	           policy, in-flight and overlay bookkeeping) and Done: the floor
+//	           policy, in-flight and overlay bookkeeping) and Done: the decision itself
 //	service    requests.Service.PickForGateway in process: the request service's parse,
 //	           tokenizer and pick, what the front door also does before proxying
 //	extproc    the same through ext_proc on loopback gRPC, as Envoy sends it (a stream per
@@ -206,6 +211,13 @@ func BenchmarkDecision(b *testing.B) {
 		var pickerP50 float64
 		req := &requests.PickRequest{Tokens: f.toks, Model: simModel}
 		greq := &requests.GatewayRequest{Path: "/v1/completions", Body: c.body}
+		b.Run(c.name+"/hash", func(b *testing.B) {
+			dst := make([]uint64, 0, len(f.toks)/benchBlockSize)
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = local.AppendBlockHashes(dst[:0], f.toks, benchBlockSize, 0)
+			}
+		})
 		b.Run(c.name+"/picker", func(b *testing.B) {
 			var d []time.Duration
 			c0 := processCPU(b)

@@ -17,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 	"github.com/prefixmesh/prefixmesh/routing/sim"
@@ -55,11 +58,7 @@ func benchBodies(b *testing.B) (ids, text []byte) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sb strings.Builder
-	for i := 0; i < 600; i++ { // ~16 tokens a sentence: enough for 8k tokens
-		fmt.Fprintf(&sb, "Request %d asks the router which node caches the longest prefix of this prompt. ", i)
-	}
-	toks8k := tok.Encode(sb.String())
+	toks8k := tok.Encode(benchText())
 	if len(toks8k) < 8192 {
 		b.Fatalf("text prompt has only %d tokens", len(toks8k))
 	}
@@ -71,6 +70,16 @@ func benchBodies(b *testing.B) (ids, text []byte) {
 	}
 	ids, _ = json.Marshal(map[string]any{"model": simModel, "prompt": toks, "max_tokens": benchChunks, "stream": true})
 	return ids, text
+}
+
+// benchText is text that cl100k_base tokenises to more than 8k tokens (router/extproc's
+// benchmarks tokenise the same).
+func benchText() string {
+	var sb strings.Builder
+	for i := 0; i < 600; i++ { // ~16 tokens a sentence: enough for 8k tokens
+		fmt.Fprintf(&sb, "Request %d asks the router which node caches the longest prefix of this prompt. ", i)
+	}
+	return sb.String()
 }
 
 // BenchmarkOverhead is the front door's added latency and CPU against calling the same realistic
@@ -361,28 +370,121 @@ func BenchmarkPromptGrowth(b *testing.B) {
 	}
 }
 
-// BenchmarkOverheadPath sends the 8k-id prompt serially, either straight to the upstream
-// ("direct") or through the front door ("front"), one path per run, so that a tool counting a
-// whole process's instructions (valgrind --tool=callgrind, immune to a loaded machine) can take
-// the difference of two runs of different lengths as the cost of one request on each path:
-// scripts/bench-frontdoor-instructions.sh does.
+// BenchmarkOverheadPath is one 8k-token-id request on each of its paths, one path per run, so
+// that a tool counting a whole process's instructions (valgrind --tool=callgrind, which the
+// machine's load does not move) can take the difference of two runs of different lengths as one
+// request's cost (scripts/bench-frontdoor-instructions.sh does):
+//
+//	hash    the prompt's block hashes alone (local.AppendBlockHashes): the floor
+//	picker  the front door's picker alone on the prompt's ids, Pick and Done: router/extproc's
+//	        BenchmarkDecision "picker", the endpoint picker's own cost
+//	first   the same with FirstToken between them, as a proxied request drives it (the
+//	        overlay moves the prompt's pending blocks to its recent table)
+//	direct  the request straight to the upstream
+//	front   the same through the front door; front minus direct is what the front door adds
+//
+// Each reports ns/op, the process's CPU time per request (cpu-µs/op) and -benchmem's counts.
+// The fleet and the prompt are BenchmarkDecision's (benchFleet): 16 nodes, each holding a
+// different length of the prompt's prefix in the index, and cl100k_base's ids of the same text,
+// so that the doors' figures compare.
 func BenchmarkOverheadPath(b *testing.B) {
 	up := httptest.NewServer(realisticUpstream())
 	defer up.Close()
-	frontURL := benchFrontDoor(b, up.URL, 2, "")
+	f := newBenchFleet(b, up.URL)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
-	ids, _ := benchBodies(b)
-	for _, path := range []struct{ name, url string }{{"direct", up.URL}, {"front", frontURL}} {
+	b.Run("hash/ids8k", func(b *testing.B) {
+		dst := make([]uint64, 0, len(f.toks)/benchBlockSize)
+		b.ReportAllocs()
+		defer reportCPUPerOp(b, processCPU())
+		for b.Loop() {
+			dst = local.AppendBlockHashes(dst[:0], f.toks, benchBlockSize, 0)
+		}
+	})
+	for _, c := range []struct {
+		name  string
+		first bool
+	}{{"picker", false}, {"first", true}} {
+		b.Run(c.name+"/ids8k", func(b *testing.B) {
+			req := &requests.PickRequest{Tokens: f.toks, Model: simModel}
+			b.ReportAllocs()
+			defer reportCPUPerOp(b, processCPU())
+			for b.Loop() {
+				pk, err := f.picker.Pick(b.Context(), req, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if c.first && pk.FirstToken != nil {
+					pk.FirstToken()
+				}
+				pk.Done(requests.Outcome{Status: http.StatusOK, CachedTokens: -1})
+			}
+		})
+	}
+	for _, path := range []struct{ name, url string }{{"direct", up.URL}, {"front", f.frontURL}} {
 		b.Run(path.name+"/ids8k", func(b *testing.B) {
 			b.ReportAllocs()
+			defer reportCPUPerOp(b, processCPU())
 			for b.Loop() {
-				resp, err := client.Post(path.url+"/v1/completions", "application/json", bytes.NewReader(ids))
+				resp, err := client.Post(path.url+"/v1/completions", "application/json", bytes.NewReader(f.ids))
 				if err != nil {
 					b.Fatal(err)
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
 			}
 		})
 	}
+}
+
+// reportCPUPerOp reports the process's CPU time (user and system, every goroutine) per
+// iteration since c0, in µs: beside ns/op, what a request costs whatever it waited for.
+func reportCPUPerOp(b *testing.B, c0 time.Duration) {
+	b.ReportMetric(float64((processCPU()-c0).Nanoseconds())/1e3/float64(max(b.N, 1)), "cpu-µs/op")
+}
+
+// benchBlockSize is the bench fleet's block size in tokens (the simulated engine's).
+const benchBlockSize = 16
+
+// benchFleet is router/extproc's BenchmarkDecision fleet behind a front door: a request service
+// over 16 nodes that all proxy to one upstream, each holding a different length of the prompt's
+// prefix in the index, and the prompt (cl100k_base's ids of benchBodies' text) as ids and as a
+// streaming completions body.
+type benchFleet struct {
+	picker   *requests.PolicyPicker
+	frontURL string
+	toks     []uint32
+	ids      []byte
+}
+
+func newBenchFleet(b *testing.B, upstreamURL string) *benchFleet {
+	const nodes = 16
+	tok, err := tokenizer.New(tokenizer.CL100kBase)
+	if err != nil {
+		b.Fatal(err)
+	}
+	toks := tok.Encode(benchText())[:8192]
+	ids, _ := json.Marshal(map[string]any{"model": simModel, "prompt": toks, "max_tokens": benchChunks, "stream": true})
+	hashes := local.BlockHashes(toks, benchBlockSize, 0)
+	list := &nodeList{}
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	var targets []requests.NodeTarget
+	for i := range nodes {
+		id := fmt.Sprintf("node-%02d", i)
+		targets = append(targets, target(id, upstreamURL))
+		idx.ReplaceNode(id, 1, 1, hashes[:i*len(hashes)/nodes])
+	}
+	list.set(targets)
+	f := &benchFleet{picker: newPolicyPicker(b, list, idx), toks: toks, ids: ids}
+	svc := newServiceWith(b, requests.DefaultConfig(), requests.Deps{Picker: f.picker})
+	fd, err := New(DefaultConfig(), Deps{Service: svc, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := httptest.NewServer(fd.Handler())
+	b.Cleanup(front.Close)
+	f.frontURL = front.URL
+	return f
 }
