@@ -42,6 +42,7 @@ type genRequest struct {
 	maxTokens    int
 	stream       bool
 	includeUsage bool
+	kv           *kvParams // kv_transfer_params; nil when absent or without a KV connector
 }
 
 func invalid(format string, args ...any) error { return openai.Invalid("", format, args...) }

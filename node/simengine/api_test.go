@@ -173,6 +173,17 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("the largest CPU tier: %v", err)
 	}
 	for _, mut := range []func(*Config){
+		func(c *Config) { c.KVSideChannel, c.KVLeaseDuration, c.KVTransferTokensPerSec = "", 0, 0 }, // no connector
+		func(c *Config) { c.KVSideChannel, c.KVSideChannelHost = "0.0.0.0:5600", "node-3.example" },
+		func(c *Config) { c.KVLoadFailurePolicy, c.KVRecomputeThreshold = PolicyFail, 64 },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate refused %+v: %v", c, err)
+		}
+	}
+	for _, mut := range []func(*Config){
 		func(c *Config) { c.BlockSize = 0 },
 		func(c *Config) { c.KVBlocks = 0 },
 		func(c *Config) { c.Model = "" },
@@ -187,6 +198,14 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.CPUChunkBlocks = 0 },
 		func(c *Config) { c.CPUBlocks, c.CPUChunkBlocks = 10, 4 },
 		func(c *Config) { c.CPULoadTokensPerSec = 0 },
+		func(c *Config) { c.KVLoadFailurePolicy = "retry" },
+		func(c *Config) { c.KVRecomputeThreshold = -1 },
+		func(c *Config) { c.KVLeaseDuration = 0 },
+		func(c *Config) { c.KVTransferTokensPerSec = 0 },
+		func(c *Config) { c.KVSideChannel = "5600" },
+		func(c *Config) { c.KVSideChannel = "0.0.0.0:5600" }, // binds everything, advertises nothing
+		func(c *Config) { c.KVSideChannel = ":5600" },
+		func(c *Config) { c.EngineID = strings.Repeat("e", maxEngineID+1) },
 	} {
 		c := DefaultConfig()
 		mut(&c)

@@ -3,7 +3,9 @@ package simengine
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"time"
 
 	"github.com/prefixmesh/prefixmesh/internal/tokenizer"
 	"github.com/prefixmesh/prefixmesh/local/kvpool"
@@ -58,6 +60,40 @@ type Config struct {
 	// ≈2.6 µs to load a token, against ≈40 µs to prefill one (2·8e9 FLOP at ~400 TFLOP/s), about
 	// 15×, within the 2–22× TTFT gain the blog reports for CPU hits.
 	CPULoadTokensPerSec float64
+	// EngineID names this engine to the engines that pull KV from it (vLLM's
+	// KVTransferConfig.engine_id, sent as kv_transfer_params.remote_engine_id and checked by the
+	// side channel): "" picks a random one at New, as vLLM draws a uuid4 (vllm/config/kv_transfer.py).
+	EngineID string
+	// KVSideChannel is the loopback or LAN address (host:port) the engine binds at Start for
+	// other engines to pull KV from (kvtransfer.go): vLLM's NIXL side channel
+	// (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT), a listener of its own beside the OpenAI API.
+	// 127.0.0.1:0, an ephemeral loopback port, so that several engines share a host and nothing
+	// is exposed by default; "" runs the engine without a KV connector, and kv_transfer_params
+	// are then ignored as by a vLLM started without --kv-transfer-config.
+	KVSideChannel string
+	// KVSideChannelHost is the host advertised as remote_host: "" advertises KVSideChannel's own
+	// host, which must then name a host others can dial (not a wildcard such as 0.0.0.0).
+	KVSideChannelHost string
+	// KVLeaseDuration is how long a prefill leg's blocks stay pinned for a decode engine to pull:
+	// 30 s, vLLM's kv_lease_duration default
+	// (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py). A waiting puller
+	// renews it every KVLeaseDuration/6, vLLM's heartbeat interval there.
+	KVLeaseDuration time.Duration
+	// KVTransferTokensPerSec is the rate at which pulled KV arrives, charged in simulated time
+	// for the pulled tokens only: 100,000 tok/s, 10× the prefill default. A 100 Gb/s NIC
+	// (12.5 GB/s) moving ≈128 KiB of Llama-3.1-8B KV a token (the figure CPULoadTokensPerSec
+	// uses) carries ≈95k tokens/s; the 400 Gb/s RDMA NICs NIXL deployments use carry 4× that.
+	KVTransferTokensPerSec float64
+	// KVLoadFailurePolicy is what a decode leg does when its pull fails (peer gone, lease
+	// expired, blocks refused): "recompute" (vLLM's default: prefill locally) or "fail" (answer
+	// 500, as vLLM finishes the request with an error), vLLM's
+	// KVTransferConfig.kv_load_failure_policy (vllm/config/kv_transfer.py).
+	KVLoadFailurePolicy string
+	// KVRecomputeThreshold: a decode leg whose pull would move fewer tokens than this recomputes
+	// them instead, as vLLM's kv_recompute_threshold (nixl/base_scheduler.py,
+	// nixl/pull_scheduler.py _should_recompute_remote_kv); 0, vLLM's default for prefill→decode
+	// pulls, always pulls.
+	KVRecomputeThreshold int
 	// KVEvents, when KVEvents.Endpoint is set, publishes the engine's cache changes as vLLM KV
 	// events (ZMQ PUB, msgpack; node/kvevents), so a node agent in --engine vllm mode mirrors this
 	// engine exactly as it mirrors vLLM. Off by default: the built-in agent reads the tree directly.
@@ -79,6 +115,11 @@ func DefaultConfig() Config {
 		CPUChunkBlocks:      1,
 		CPULoadTokensPerSec: 150000,
 		KVEvents:            kvevents.PublisherConfig{BufferSteps: 10000, QueueLen: 100000},
+
+		KVSideChannel:          "127.0.0.1:0",
+		KVLeaseDuration:        30 * time.Second,
+		KVTransferTokensPerSec: 100000,
+		KVLoadFailurePolicy:    PolicyRecompute,
 	}
 }
 
@@ -121,6 +162,9 @@ func (c Config) Validate() error {
 	case !(c.CPULoadTokensPerSec > 0):
 		return bad("CPULoadTokensPerSec %v must be positive", c.CPULoadTokensPerSec)
 	}
+	if err := c.validateKVTransfer(); err != nil {
+		return bad("%v", err)
+	}
 	if strings.HasPrefix(c.Tokenizer, tokenizer.RenderPrefix) {
 		return bad("Tokenizer %q: the engine tokenizes itself (cl100k_base, bytes or %sDIR)", c.Tokenizer, tokenizer.HFPrefix)
 	}
@@ -136,4 +180,39 @@ func (c Config) Validate() error {
 func (c Config) costs() kvpool.Costs {
 	return kvpool.Costs{PrefillTokensPerSec: c.PrefillTokensPerSec, DecodeTokensPerSec: c.DecodeTokensPerSec,
 		LoadTokensPerSec: c.CPULoadTokensPerSec}
+}
+
+// The kv_load_failure_policy values (vllm/config/kv_transfer.py).
+const (
+	PolicyRecompute = "recompute"
+	PolicyFail      = "fail"
+)
+
+// maxEngineID bounds EngineID: it travels in every prefill response and side-channel request.
+const maxEngineID = 256
+
+// validateKVTransfer checks the KV connector's fields.
+func (c Config) validateKVTransfer() error {
+	switch {
+	case len(c.EngineID) > maxEngineID:
+		return fmt.Errorf("EngineID: longer than %d bytes", maxEngineID)
+	case c.KVLoadFailurePolicy != PolicyRecompute && c.KVLoadFailurePolicy != PolicyFail:
+		return fmt.Errorf("KVLoadFailurePolicy %q: want %q or %q", c.KVLoadFailurePolicy, PolicyRecompute, PolicyFail)
+	case c.KVRecomputeThreshold < 0:
+		return fmt.Errorf("KVRecomputeThreshold %d must not be negative", c.KVRecomputeThreshold)
+	case c.KVSideChannel == "":
+		return nil // no connector: the rest is unused
+	case c.KVLeaseDuration <= 0:
+		return fmt.Errorf("KVLeaseDuration %v must be positive", c.KVLeaseDuration)
+	case !(c.KVTransferTokensPerSec > 0):
+		return fmt.Errorf("KVTransferTokensPerSec %v must be positive", c.KVTransferTokensPerSec)
+	}
+	host, _, err := net.SplitHostPort(c.KVSideChannel)
+	if err != nil {
+		return fmt.Errorf("KVSideChannel %q: want host:port", c.KVSideChannel)
+	}
+	if c.KVSideChannelHost == "" && (host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()) {
+		return fmt.Errorf("KVSideChannel %q binds every address: set KVSideChannelHost to the host other engines dial", c.KVSideChannel)
+	}
+	return nil
 }

@@ -24,14 +24,25 @@
 // reported cached_tokens counts the GPU prefix plus the loaded tokens, as vLLM's scheduler sets
 // request.num_cached_tokens to the local plus the connector's external computed tokens
 // (vllm/v1/core/sched/scheduler.py, schedule()).
+//
+// With a KV connector (Config.KVSideChannel, on by default) the engine also serves
+// prefill/decode disaggregation as vLLM with NixlConnector does, driven by the request's
+// kv_transfer_params (kvtransfer.go): a prefill leg leases its blocks and answers where to pull
+// them (lease.go), a decode leg pulls what it lacks from that engine's side channel
+// (sidechannel.go, pull.go), and any request may pull its prompt's cached blocks from a peer
+// (llm-d's remote_kv_source). The request log line and legs_total say which leg a request was.
 package simengine
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +83,12 @@ type Engine struct {
 	ids      atomic.Uint64
 	idPrefix uint64          // random per engine: response ids are unique across nodes
 	events   *eventPublisher // nil unless Config.KVEvents.Endpoint is set
+	engineID string          // Config.EngineID, or a random one
+	kvClient *http.Client    // side-channel calls to other engines
+	now      func() time.Time
+	// leaseKick wakes the lease loop when a lease is added (buffered: a pending kick suffices).
+	leaseKick chan struct{}
+	bg        sync.WaitGroup // the lease loop and the side channel's server
 
 	mu             sync.Mutex // guards everything below
 	pool           *kvpool.Pool
@@ -85,18 +102,31 @@ type Engine struct {
 	closed         bool
 	ctx            context.Context // the engine's lifetime, set by Start
 	cancel         context.CancelFunc
-	inflight       sync.WaitGroup // generation requests; Add under mu while !closed
+	inflight       sync.WaitGroup    // generation requests; Add under mu while !closed
+	leases         map[string]*lease // by remote_request_id
+	sideLis        net.Listener      // the side channel; nil without a KV connector
+	sideSrv        *http.Server
+	sideHost       string // advertised as remote_host
+	sidePort       int    // advertised as remote_port
+}
+
+// admission is what a request asks of the pool: blocks for its prompt and out output tokens
+// and, when it pulls KV after admission (pull.go), that its cost be charged only once the pull
+// is known (deferCharge).
+type admission struct {
+	tokens      []uint32
+	adapter     uint64
+	out         int
+	deferCharge bool
 }
 
 // waiter is a queued request; ready is closed once tk or err is set.
 type waiter struct {
-	tokens  []uint32
-	adapter uint64
-	out     int
-	est     int // its share of pendingPrefill while queued: prompt − peeked cached tokens
-	ready   chan struct{}
-	tk      *ticket
-	err     error
+	admission
+	est   int // its share of pendingPrefill while queued: prompt − peeked cached tokens
+	ready chan struct{}
+	tk    *ticket
+	err   error
 }
 
 // ticket is an admitted request: its sequence and its slot on the prefill lane.
@@ -107,9 +137,11 @@ type ticket struct {
 	cached       int // reported cached_tokens: local.EngineCachedTokens of the reused prefix
 	loaded       int // of cached, the tokens loaded from the CPU tier
 	uncached     int // prompt tokens prefilled: the rest, the recomputed last block included
+	pulled       int // of cached, the tokens pulled from another engine (pull.go)
 	prefillStart time.Time
 	prefillEnd   time.Time
 	prefilled    bool // guarded by Engine.mu
+	leased       bool // guarded by Engine.mu: the sequence now belongs to a lease, not to release
 }
 
 // New builds an engine over cache, which must be the node's tree and must not be evicted from or
@@ -147,18 +179,27 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 	if err != nil {
 		return nil, fmt.Errorf("simengine: %w", err)
 	}
+	id := cfg.EngineID
+	if id == "" {
+		id = randomID()
+	}
 	e := &Engine{
-		cfg:      cfg,
-		costs:    cfg.costs(),
-		tok:      tok,
-		cache:    cache,
-		log:      logger,
-		outVocab: outputVocab(tok),
-		created:  time.Now().Unix(),
-		idPrefix: rand.Uint64(),
-		pool:     pool,
-		cpu:      cpu,
-		spill:    spill,
+		engineID:  id,
+		kvClient:  &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}},
+		now:       time.Now,
+		leaseKick: make(chan struct{}, 1),
+		leases:    make(map[string]*lease),
+		cfg:       cfg,
+		costs:     cfg.costs(),
+		tok:       tok,
+		cache:     cache,
+		log:       logger,
+		outVocab:  outputVocab(tok),
+		created:   time.Now().Unix(),
+		idPrefix:  mrand.Uint64(),
+		pool:      pool,
+		cpu:       cpu,
+		spill:     spill,
 	}
 	if e.met, err = newMetrics(e, reg); err != nil {
 		return nil, fmt.Errorf("simengine: register metrics: %w", err)
@@ -175,9 +216,19 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.started || e.closed {
 		return nil
 	}
+	var side net.Listener
+	if e.cfg.KVSideChannel != "" {
+		var err error
+		if side, err = net.Listen("tcp", e.cfg.KVSideChannel); err != nil {
+			return fmt.Errorf("simengine: kv side channel: %w", err)
+		}
+	}
 	if e.cfg.KVEvents.Endpoint != "" {
 		ev, err := newEventPublisher(ctx, e.cfg.KVEvents, e.cache, e.cfg.BlockSize, e.log)
 		if err != nil {
+			if side != nil {
+				_ = side.Close()
+			}
 			return fmt.Errorf("simengine: %w", err)
 		}
 		e.events = ev
@@ -185,12 +236,33 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.cpu.SetRecording(true)
 		}
 	}
+	if side != nil {
+		e.serveSideChannel(side)
+	}
 	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
+	e.bg.Add(1)
+	go e.leaseLoop(e.ctx)
+	sideAddr := ""
+	if e.sideLis != nil {
+		sideAddr = net.JoinHostPort(e.sideHost, strconv.Itoa(e.sidePort))
+	}
 	e.log.Info("simulated engine started", "model", e.cfg.Model, "kv_blocks", e.cfg.KVBlocks,
 		"block_size", e.cfg.BlockSize, "cpu_blocks", e.cfg.CPUBlocks, "cpu_chunk_blocks", e.cfg.CPUChunkBlocks,
-		"tokenizer", e.cfg.Tokenizer, "kv_events", e.KVEventsAddr())
+		"tokenizer", e.cfg.Tokenizer, "kv_events", e.KVEventsAddr(), "engine_id", e.engineID,
+		"kv_side_channel", sideAddr, "kv_lease", e.cfg.KVLeaseDuration, "kv_load_failure_policy", e.cfg.KVLoadFailurePolicy)
 	return nil
+}
+
+// EngineID is the id other engines know this one by (remote_engine_id).
+func (e *Engine) EngineID() string { return e.engineID }
+
+// randomID is a random 128-bit id in uuid4's text form, as vLLM's default engine_id.
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // KVEventsAddr is the bound KV-event PUB endpoint ("" when not publishing).
@@ -234,6 +306,18 @@ func (e *Engine) Close() {
 	}
 	e.mu.Unlock()
 	e.inflight.Wait()
+	if e.sideSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), sideChannelShutdown)
+		if err := e.sideSrv.Shutdown(ctx); err != nil {
+			_ = e.sideSrv.Close()
+		}
+		cancel()
+	}
+	e.bg.Wait() // the lease loop (its context is cancelled) and the side channel's server
+	e.mu.Lock()
+	e.releaseAllLeasesLocked()
+	e.mu.Unlock()
+	e.kvClient.CloseIdleConnections()
 	if e.events != nil {
 		e.events.pub.Close()
 	}
@@ -271,7 +355,11 @@ func (e *Engine) begin() (context.Context, error) {
 
 // acquire admits the request into the pool, waiting in the queue if a slot or blocks are not
 // available now. The returned ticket must be given back with release.
-func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, out int) (*ticket, error) {
+//
+// While it waits, keepAlive (when not nil) runs every keepAliveEvery: a decode leg renews its
+// prefill engine's lease with it.
+func (e *Engine) acquire(ctx context.Context, a admission, keepAlive func(), keepAliveEvery time.Duration) (*ticket, error) {
+	tokens, adapter, out := a.tokens, a.adapter, a.out
 	e.mu.Lock()
 	if !e.pool.Fits(len(tokens), out) {
 		e.mu.Unlock()
@@ -279,8 +367,8 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 			kvpool.ErrTooLarge, len(tokens), out, e.pool.BlocksFor(len(tokens), out), e.cfg.BlockSize, e.cfg.KVBlocks)
 	}
 	if len(e.queue) == 0 && e.running < e.cfg.MaxConcurrent && e.prefilling == nil {
-		tk, err := e.admitLocked(tokens, adapter, out)
-		if err == nil || !errors.Is(err, kvpool.ErrPoolBusy) || e.running == 0 {
+		tk, err := e.admitLocked(a)
+		if err == nil || !errors.Is(err, kvpool.ErrPoolBusy) || !e.blocksWillFreeLocked() {
 			e.mu.Unlock()
 			if errors.Is(err, kvpool.ErrPoolBusy) {
 				err = errExhausted
@@ -292,7 +380,7 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 		e.mu.Unlock()
 		return nil, errQueueFull
 	}
-	w := &waiter{tokens: tokens, adapter: adapter, out: out, ready: make(chan struct{})}
+	w := &waiter{admission: a, ready: make(chan struct{})}
 	gpu, cpu := e.peekTiersLocked(tokens, adapter)
 	if e.cpu != nil {
 		cpu = e.cpu.Loadable(cpu)
@@ -302,10 +390,22 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 	e.queue = append(e.queue, w)
 	e.mu.Unlock()
 
-	select {
-	case <-w.ready:
-		return w.tk, w.err
-	case <-ctx.Done():
+	var tick <-chan time.Time
+	if keepAlive != nil {
+		t := time.NewTicker(keepAliveEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+wait:
+	for {
+		select {
+		case <-w.ready:
+			return w.tk, w.err
+		case <-ctx.Done():
+			break wait
+		case <-tick:
+			keepAlive()
+		}
 	}
 	e.mu.Lock()
 	select {
@@ -329,8 +429,10 @@ func (e *Engine) acquire(ctx context.Context, tokens []uint32, adapter uint64, o
 }
 
 // admitLocked admits into the pool and takes the prefill lane, which must be idle: the lookup
-// happens now, after every earlier request's prefill has been inserted into the cache.
-func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket, error) {
+// happens now, after every earlier request's prefill has been inserted into the cache. Unless
+// the request pulls KV first (deferCharge; pull.go settles it), its prefill is charged now.
+func (e *Engine) admitLocked(a admission) (*ticket, error) {
+	tokens, adapter, out := a.tokens, a.adapter, a.out
 	seq, err := e.pool.Admit(tokens, adapter, out)
 	e.publishLocked(nil, 0) // the reclaim may have evicted blocks, even when admission failed
 	if err != nil {
@@ -348,19 +450,33 @@ func (e *Engine) admitLocked(tokens []uint32, adapter uint64, out int) (*ticket,
 		loaded, cached = withCPU-cached, withCPU
 	}
 	tk := &ticket{seq: seq, tokens: tokens, adapter: adapter, cached: cached, loaded: loaded, uncached: len(tokens) - cached}
-	load, prefill := e.costs.LoadTime(loaded), e.costs.PrefillTime(tk.uncached)
-	tk.prefillStart = time.Now()
-	tk.prefillEnd = tk.prefillStart.Add(load + prefill)
 	e.prefilling = tk
 	e.pendingPrefill += tk.uncached
-	e.met.promptTokens.Add(float64(len(tokens)))
-	e.met.cachedTokens.Add(float64(cached))
-	e.met.cpuLoadedTokens.Add(float64(loaded))
-	e.met.prefillTokens.Add(float64(tk.uncached))
-	e.met.loadSeconds.Add(load.Seconds())
-	e.met.prefillSeconds.Add(prefill.Seconds())
+	if !a.deferCharge {
+		e.chargeLocked(tk, 0)
+	}
 	return tk, nil
 }
+
+// chargeLocked starts the request's simulated prefill now: the CPU-tier load, then transfer
+// (tokens pulled from another engine), then the uncached rest. e.mu is held.
+func (e *Engine) chargeLocked(tk *ticket, transfer time.Duration) {
+	load, prefill := e.costs.LoadTime(tk.loaded), e.costs.PrefillTime(tk.uncached)
+	tk.prefillStart = time.Now()
+	tk.prefillEnd = tk.prefillStart.Add(load + transfer + prefill)
+	e.met.promptTokens.Add(float64(len(tk.tokens)))
+	e.met.cachedTokens.Add(float64(tk.cached))
+	e.met.cpuLoadedTokens.Add(float64(tk.loaded))
+	e.met.prefillTokens.Add(float64(tk.uncached))
+	e.met.loadSeconds.Add(load.Seconds())
+	e.met.transferSeconds.Add(transfer.Seconds())
+	e.met.prefillSeconds.Add(prefill.Seconds())
+}
+
+// blocksWillFreeLocked reports whether blocks held now will be freed without anyone asking:
+// running sequences finish and leases are pulled or expire. When neither holds any, a request
+// that does not fit never will, and fails rather than blocks the queue. e.mu is held.
+func (e *Engine) blocksWillFreeLocked() bool { return e.running > 0 || len(e.leases) > 0 }
 
 // peekTiersLocked is what a lookup of the prompt would find now, without taking anything: the
 // tokens of the GPU prefix, and how far the CPU tier continues it block by block (0 without
@@ -400,9 +516,9 @@ func (e *Engine) TierStats() TierStats {
 func (e *Engine) dispatchLocked() {
 	for len(e.queue) > 0 && e.running < e.cfg.MaxConcurrent && e.prefilling == nil {
 		w := e.queue[0]
-		tk, err := e.admitLocked(w.tokens, w.adapter, w.out)
+		tk, err := e.admitLocked(w.admission)
 		if errors.Is(err, kvpool.ErrPoolBusy) {
-			if e.running > 0 {
+			if e.blocksWillFreeLocked() {
 				return
 			}
 			err = errExhausted
@@ -434,10 +550,14 @@ func (e *Engine) prefilled(tk *ticket) {
 	e.dispatchLocked() // the lane is free: the next request looks the cache up now
 }
 
-// release finishes the sequence, returns its blocks and lets the queue move.
+// release finishes the sequence, returns its blocks and lets the queue move (a no-op for a
+// ticket whose sequence went to a lease).
 func (e *Engine) release(tk *ticket) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if tk.leased {
+		return
+	}
 	if !tk.prefilled {
 		tk.prefilled = true
 		e.pendingPrefill -= tk.uncached
@@ -456,7 +576,7 @@ func (e *Engine) release(tk *ticket) {
 // PRNG seeded with the prompt's hash (under its adapter's seed).
 func (e *Engine) outputTokens(tokens []uint32, adapter uint64, n int) []uint32 {
 	seed := local.ChainHash(local.AdapterSeed(adapter), tokens)
-	rng := rand.New(rand.NewPCG(seed, 0x70726566))
+	rng := mrand.New(mrand.NewPCG(seed, 0x70726566))
 	out := make([]uint32, n)
 	for i := range out {
 		out[i] = e.outVocab[rng.IntN(len(e.outVocab))]

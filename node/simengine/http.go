@@ -201,6 +201,9 @@ type response struct {
 	Model   string   `json:"model"`
 	Choices []choice `json:"choices"`
 	Usage   *usage   `json:"usage,omitempty"`
+	// KVTransferParams is set on a finished prefill leg's response (kvtransfer.go), top-level
+	// as vLLM's CompletionResponse and ChatCompletionResponse carry it.
+	KVTransferParams *kvTransferOut `json:"kv_transfer_params,omitempty"`
 }
 
 func (e *Engine) serveGenerate(chat bool) http.Handler {
@@ -225,6 +228,9 @@ func (e *Engine) serveGenerate(chat bool) http.Handler {
 			writeError(w, err)
 			return
 		}
+		if e.cfg.KVSideChannel != "" { // without a connector, vLLM ignores the field
+			req.kv = parseKVParams(body)
+		}
 		engineCtx, err := e.begin()
 		if err != nil {
 			writeError(w, err)
@@ -241,8 +247,25 @@ func (e *Engine) serveGenerate(chat bool) http.Handler {
 
 // generate runs one admitted request to the end and writes its response.
 func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter, req *genRequest, arrival time.Time) {
-	tk, err := e.acquire(ctx, req.tokens, req.adapter, req.maxTokens)
+	leg := req.kv.leg()
+	a := admission{tokens: req.tokens, adapter: req.adapter, out: req.maxTokens}
+	if leg == legPrefill {
+		// The last sampled token's KV is never computed, so a prefill leg of max_tokens 1 holds
+		// exactly its prompt's blocks, the ones its lease names.
+		a.out = max(req.maxTokens-1, 0)
+	}
+	pulls := req.kv != nil && (req.kv.remotePrefill || req.kv.source != nil)
+	a.deferCharge = pulls
+	var keepAlive func()
+	rb := req.kv.leasedRemote()
+	if rb != nil {
+		keepAlive = func() { e.heartbeat(ctx, rb) }
+	}
+	tk, err := e.acquire(ctx, a, keepAlive, max(e.cfg.KVLeaseDuration/6, time.Millisecond))
 	if err != nil {
+		if engineCtx.Err() == nil {
+			e.releaseRemote(engineCtx, rb) // this decode leg will never read the prefill's blocks
+		}
 		if ctx.Err() != nil && engineCtx.Err() == nil {
 			return // the client left while queued
 		}
@@ -250,6 +273,18 @@ func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter,
 		return
 	}
 	defer e.release(tk)
+	e.met.legs.WithLabelValues(leg).Inc()
+	var pr pullResult
+	if pulls {
+		if pr = e.pull(ctx, tk, req); pr.outcome == outcomeFail {
+			// kv_load_failure_policy "fail": vLLM finishes the request with an error, which its
+			// OpenAI server answers as a 500 "Internal server error" (GenerationError;
+			// vllm-project/vllm tests/entrypoints/openai/responses/test_errors.py).
+			writeError(w, &openai.Error{Status: http.StatusInternalServerError, Code: "kv_load_failed",
+				Message: fmt.Sprintf("Internal server error: the KV transfer failed and kv_load_failure_policy is fail: %v", pr.err)})
+			return
+		}
+	}
 	cached := tk.cached
 	w.Header().Set(HeaderCachedTokens, strconv.Itoa(cached))
 
@@ -295,7 +330,12 @@ func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter,
 		}
 	}
 
-	e.log.Debug("request done", "prompt_tokens", len(req.tokens), "cached_tokens", cached,
+	var kvOut *kvTransferOut
+	if leg == legPrefill {
+		kvOut = e.finishPrefillLeg(tk, resp.ID)
+	}
+	e.log.Debug("request done", "leg", leg, "prompt_tokens", len(req.tokens), "cached_tokens", cached,
+		"pulled_tokens", pr.tokens, "pull", pr.outcome, "leased", kvOut != nil,
 		"output_tokens", len(out), "adapter", req.adapter, "elapsed", time.Since(arrival))
 	u := &usage{PromptTokens: len(req.tokens), CompletionTokens: len(out), TotalTokens: len(req.tokens) + len(out)}
 	u.PromptTokensDetails.CachedTokens = cached
@@ -325,7 +365,34 @@ func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter,
 	}
 	resp.Choices = []choice{c}
 	resp.Usage = u
+	resp.KVTransferParams = kvOut
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// finishPrefillLeg leases a finished prefill leg's blocks and returns the kv_transfer_params
+// its response carries, as NixlConnector's request_finished does for a request that finished
+// by length or stop (pull_scheduler.py); nil when the engine is closing (the blocks are freed).
+func (e *Engine) finishPrefillLeg(tk *ticket, id string) *kvTransferOut {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	blocks := e.leaseLocked(tk, id)
+	return &kvTransferOut{
+		DoRemotePrefill: true,
+		DoRemoteDecode:  false,
+		RemoteBlockIDs:  [][]uint32{blocks},
+		RemoteEngineID:  e.engineID,
+		RemoteRequestID: id,
+		RemoteHost:      e.sideHost,
+		RemotePort:      e.sidePort,
+		TPSize:          1,
+		DCPSize:         1,
+		PPSize:          1,
+		RemoteNumTokens: len(tk.tokens),
+		TransferMode:    "pull",
+	}
 }
 
 // abort ends a request cut short: silently if the client left, with 503 (or an SSE error

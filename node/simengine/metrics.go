@@ -17,6 +17,15 @@ type metrics struct {
 	cpuLoadedTokens prometheus.Counter
 	loadSeconds     prometheus.Counter
 	prefillSeconds  prometheus.Counter
+	// Disaggregation (kvtransfer.go): requests by leg; pulls by kind (decode, peer) and outcome
+	// (ok, recompute, fail); tokens pulled and the simulated time charged for them; blocks this
+	// engine served to pullers; leases that expired unread.
+	legs            *prometheus.CounterVec
+	pulls           *prometheus.CounterVec
+	pulledTokens    *prometheus.CounterVec
+	transferSeconds prometheus.Counter
+	servedBlocks    *prometheus.CounterVec
+	leasesExpired   prometheus.Counter
 }
 
 func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
@@ -38,6 +47,18 @@ func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
 			Name: "cpu_load_seconds_total", Help: "Simulated time charged for loading KV from the CPU tier."}),
 		prefillSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "prefill_seconds_total", Help: "Simulated time charged for prefilling uncached prompt tokens."}),
+		legs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "legs_total", Help: "Admitted generation requests by the leg they served: whole, prefill (do_remote_decode) or decode (do_remote_prefill)."}, []string{"leg"}),
+		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "kv_pulls_total", Help: "KV pulls from other engines by kind (decode: a prefill leg's lease; peer: remote_kv_source) and outcome (ok, recompute, fail)."}, []string{"kind", "outcome"}),
+		pulledTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "kv_pulled_tokens_total", Help: "Prompt tokens whose KV was pulled from another engine, by kind."}, []string{"kind"}),
+		transferSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "kv_transfer_seconds_total", Help: "Simulated time charged for pulling KV from other engines."}),
+		servedBlocks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "kv_served_blocks_total", Help: "KV blocks this engine served to pulling engines, by kind."}, []string{"kind"}),
+		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "kv_leases_expired_total", Help: "Prefill legs' leases that expired before a decode engine pulled them."}),
 		// 1 ms to ~33 s: a fully cached prompt's TTFT is sub-millisecond plus queueing; a cold
 		// 128k-token prompt at 10k tok/s takes ~13 s.
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
@@ -54,6 +75,10 @@ func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.requests, m.promptTokens, m.cachedTokens, m.prefillTokens, m.outputTokens, m.ttft,
 		m.cpuLoadedTokens, m.loadSeconds, m.prefillSeconds,
+		m.legs, m.pulls, m.pulledTokens, m.transferSeconds, m.servedBlocks, m.leasesExpired,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "kv_leases",
+			Help: "Prefill legs whose blocks are pinned until a decode engine pulls them or the lease expires."},
+			func() float64 { return float64(e.Leases()) }),
 		gauge("queue_depth", "Requests waiting for a slot or for KV blocks.", func(l Load) int { return l.Waiting }),
 		gauge("running", "Sequences admitted and not finished.", func(l Load) int { return l.Running }),
 		gauge("free_blocks", "KV blocks with no reference.", func(l Load) int { return l.FreeBlocks }),
