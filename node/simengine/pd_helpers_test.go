@@ -202,10 +202,9 @@ func follow(t *testing.T, te *pdEngine, bs int) *kvevents.CacheMirror {
 // back (checkDrained): the pool is back to its baseline.
 func (pe *pdEngine) checkNoLeases(t *testing.T) {
 	t.Helper()
-	eventually(t, "every lease to end", func() bool { return pe.Leases() == 0 })
-	if st := pe.PoolStats(); st.Running != 0 {
-		t.Fatalf("pool still runs %d sequences", st.Running)
-	}
+	eventually(t, "every lease and request to end", func() bool {
+		return pe.Leases() == 0 && pe.Load().Running == 0 && pe.PoolStats().Running == 0
+	})
 	pe.checkDrained(t)
 }
 
@@ -214,7 +213,9 @@ func (pe *pdEngine) checkNoLeases(t *testing.T) {
 // the cache keeps, as after whole requests. checkNoLeases also evicts everything to prove it.
 func (pe *pdEngine) checkReleased(t *testing.T) {
 	t.Helper()
-	eventually(t, "every lease to end", func() bool { return pe.Leases() == 0 && pe.Load().Running == 0 })
+	eventually(t, "every lease and request to end", func() bool {
+		return pe.Leases() == 0 && pe.Load().Running == 0 && pe.PoolStats().Running == 0
+	})
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
 	if st := pe.pool.Stats(); st.Running != 0 || st.Violations != 0 {
