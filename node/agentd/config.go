@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -190,6 +191,25 @@ type SimConfig struct {
 	CPUBlocks           int
 	CPULoadTokensPerSec float64
 	CPUChunkBlocks      int
+	// KVSideChannel is where the simulated engine lets other engines pull KV from it (prefill
+	// legs' leased blocks, peer pulls): 127.0.0.1:0, an ephemeral loopback port (the engine
+	// answers it in its prefill responses' remote_host/remote_port); "" runs the engine without
+	// a KV connector. Off loopback it needs --insecure-http, as the OpenAI listener does, and
+	// --sim-kv-side-channel-host when it binds a wildcard address.
+	KVSideChannel string
+	// KVSideChannelHost is the host advertised as remote_host ("": the bound host).
+	KVSideChannelHost string
+	// KVLease is how long a prefill leg's blocks stay pinned for a decode engine: 30 s, vLLM's
+	// kv_lease_duration default (simengine.Config.KVLeaseDuration).
+	KVLease time.Duration
+	// KVTransferTokensPerSec is the simulated rate of pulled KV: 100,000 tok/s, a 100 Gb/s NIC
+	// for an 8B model (simengine.Config.KVTransferTokensPerSec says why).
+	KVTransferTokensPerSec float64
+	// KVLoadFailurePolicy is recompute (vLLM's default) or fail, for a decode leg whose pull
+	// fails.
+	KVLoadFailurePolicy string
+	// KVRecomputeThreshold recomputes a decode leg's pull of fewer tokens: 0, vLLM's default.
+	KVRecomputeThreshold int
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -221,6 +241,11 @@ func DefaultConfig() Config {
 			KVEventsReplayTopic: true,
 			CPULoadTokensPerSec: simengine.DefaultConfig().CPULoadTokensPerSec,
 			CPUChunkBlocks:      simengine.DefaultConfig().CPUChunkBlocks,
+
+			KVSideChannel:          simengine.DefaultConfig().KVSideChannel,
+			KVLease:                simengine.DefaultConfig().KVLeaseDuration,
+			KVTransferTokensPerSec: simengine.DefaultConfig().KVTransferTokensPerSec,
+			KVLoadFailurePolicy:    simengine.DefaultConfig().KVLoadFailurePolicy,
 		},
 		UnremovedTierTTL:    kvevents.DefaultUnremovedTierTTL,
 		KVEvents:            "tcp://127.0.0.1:5557",
@@ -313,6 +338,9 @@ func (c Config) Validate() error {
 		case !(c.Sim.CPULoadTokensPerSec > 0):
 			return bad("--sim-cpu-load-tokens-per-s %v: must be positive", c.Sim.CPULoadTokensPerSec)
 		}
+		if err := c.validateSimKV(); err != nil {
+			return bad("%v", err)
+		}
 		sc := simengine.DefaultConfig()
 		sc.Tokenizer = c.Sim.Tokenizer
 		if err := sc.Validate(); err != nil {
@@ -351,6 +379,39 @@ func (c Config) Validate() error {
 		if _, err := os.Stat(f.path); err != nil {
 			return bad("%s: %v", f.flag, err)
 		}
+	}
+	return nil
+}
+
+// validateSimKV checks the simulated engine's KV-connector flags, naming them.
+func (c Config) validateSimKV() error {
+	switch {
+	case c.Sim.KVLoadFailurePolicy != simengine.PolicyRecompute && c.Sim.KVLoadFailurePolicy != simengine.PolicyFail:
+		return fmt.Errorf("--sim-kv-load-failure-policy %q: must be %s or %s", c.Sim.KVLoadFailurePolicy, simengine.PolicyRecompute, simengine.PolicyFail)
+	case c.Sim.KVRecomputeThreshold < 0:
+		return fmt.Errorf("--sim-kv-recompute-threshold %d: must not be negative (0: always pull)", c.Sim.KVRecomputeThreshold)
+	case c.Sim.KVSideChannel == "":
+		if c.Sim.KVSideChannelHost != "" {
+			return fmt.Errorf("--sim-kv-side-channel-host: needs --sim-kv-side-channel")
+		}
+		return nil
+	case c.Sim.KVLease <= 0:
+		return fmt.Errorf("--sim-kv-lease %v: must be positive", c.Sim.KVLease)
+	case !(c.Sim.KVTransferTokensPerSec > 0):
+		return fmt.Errorf("--sim-kv-transfer-tokens-per-s %v: must be positive", c.Sim.KVTransferTokensPerSec)
+	}
+	host, _, err := net.SplitHostPort(c.Sim.KVSideChannel)
+	if err != nil {
+		return fmt.Errorf("--sim-kv-side-channel %q: want host:port", c.Sim.KVSideChannel)
+	}
+	if c.Sim.KVSideChannelHost == "" && (host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()) {
+		return fmt.Errorf("--sim-kv-side-channel %q binds every address: set --sim-kv-side-channel-host to the host other engines dial", c.Sim.KVSideChannel)
+	}
+	side := exposure.Listener{Name: "simulated engine's KV side channel", ListenFlag: "--sim-kv-side-channel", Addr: c.Sim.KVSideChannel,
+		Insecure: c.InsecureHTTP, InsecureFlag: "--insecure-http",
+		Exposes: "read the token ids of prompts this engine holds and end its prefill legs' leases"}
+	if _, err := side.Check(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -453,6 +514,12 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.Sim.CPUBlocks, "sim-cpu-blocks", cfg.Sim.CPUBlocks, "simulated engine: CPU KV tier size in GPU-sized `blocks`, filled by GPU evictions (0: no CPU tier)")
 	fs.Float64Var(&cfg.Sim.CPULoadTokensPerSec, "sim-cpu-load-tokens-per-s", cfg.Sim.CPULoadTokensPerSec, "simulated engine: rate in `tokens/s` at which CPU-tier hits are loaded back into the GPU")
 	fs.IntVar(&cfg.Sim.CPUChunkBlocks, "sim-cpu-chunk-blocks", cfg.Sim.CPUChunkBlocks, "simulated engine: GPU `blocks` per CPU block (vLLM's offloaded block_size / block_size)")
+	fs.StringVar(&cfg.Sim.KVSideChannel, "sim-kv-side-channel", cfg.Sim.KVSideChannel, "simulated engine: `host:port` other engines pull KV from (prefill legs' blocks, peer pulls); empty: no KV connector")
+	fs.StringVar(&cfg.Sim.KVSideChannelHost, "sim-kv-side-channel-host", cfg.Sim.KVSideChannelHost, "simulated engine: the `host` advertised as remote_host (default: the side channel's bound host)")
+	fs.DurationVar(&cfg.Sim.KVLease, "sim-kv-lease", cfg.Sim.KVLease, "simulated engine: how long a prefill leg's blocks stay pinned for a decode engine (vLLM's kv_lease_duration)")
+	fs.Float64Var(&cfg.Sim.KVTransferTokensPerSec, "sim-kv-transfer-tokens-per-s", cfg.Sim.KVTransferTokensPerSec, "simulated engine: rate in `tokens/s` at which KV pulled from another engine arrives")
+	fs.StringVar(&cfg.Sim.KVLoadFailurePolicy, "sim-kv-load-failure-policy", cfg.Sim.KVLoadFailurePolicy, "simulated engine: a decode leg whose pull fails recomputes or fails (vLLM's kv_load_failure_policy)")
+	fs.IntVar(&cfg.Sim.KVRecomputeThreshold, "sim-kv-recompute-threshold", cfg.Sim.KVRecomputeThreshold, "simulated engine: a decode leg pulling fewer `tokens` recomputes them (vLLM's kv_recompute_threshold; 0: always pull)")
 	cfg.Gossip.Register(fs)
 	return fs
 }

@@ -39,7 +39,8 @@ func TestHelp(t *testing.T) {
 		"-model", "-tls-cert", "-tls-key", "-tls-client-ca", "-log-level", "-drain-timeout", "-validate-only", "-addr-file",
 		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr",
 		"-kv-events", "-kv-events-listen", "-kv-events-replay", "-kv-events-topic", "-dp-size", "-sim-kv-events",
-		"-role", "-kv-connector", "-sglang-bootstrap-port"} {
+		"-role", "-kv-connector", "-sglang-bootstrap-port", "-sim-kv-side-channel", "-sim-kv-side-channel-host", "-sim-kv-lease",
+		"-sim-kv-transfer-tokens-per-s", "-sim-kv-load-failure-policy", "-sim-kv-recompute-threshold"} {
 		if !strings.Contains(stderr.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
@@ -51,7 +52,9 @@ func TestFlagsMapToConfig(t *testing.T) {
 		"--kv-blocks=100", "--model=m", "--log-level=debug", "--drain-timeout=3s", "--sim-prefill-tokens-per-s=5",
 		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes",
 		"--sim-cpu-blocks=96", "--sim-cpu-load-tokens-per-s=2e5", "--sim-cpu-chunk-blocks=16",
-		"--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=9001"}, &bytes.Buffer{})
+		"--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=9001",
+		"--sim-kv-side-channel=0.0.0.0:5600", "--sim-kv-side-channel-host=10.1.2.3", "--sim-kv-lease=45s",
+		"--sim-kv-transfer-tokens-per-s=4e5", "--sim-kv-load-failure-policy=fail", "--sim-kv-recompute-threshold=64"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +66,8 @@ func TestFlagsMapToConfig(t *testing.T) {
 	want.Sim.Tokenizer = "bytes"
 	want.Sim.CPUBlocks, want.Sim.CPULoadTokensPerSec, want.Sim.CPUChunkBlocks = 96, 2e5, 16
 	want.Role, want.KVConnector, want.SGLangBootstrapPort = "prefill", "sglang", 9001
+	want.Sim.KVSideChannel, want.Sim.KVSideChannelHost, want.Sim.KVLease = "0.0.0.0:5600", "10.1.2.3", 45*time.Second
+	want.Sim.KVTransferTokensPerSec, want.Sim.KVLoadFailurePolicy, want.Sim.KVRecomputeThreshold = 4e5, "fail", 64
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
 	}
@@ -229,6 +234,14 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--kv-connector=sglang", "--sglang-bootstrap-port=0"}, "--sglang-bootstrap-port"},
 		{[]string{"--kv-connector=sglang", "--sglang-bootstrap-port=65536"}, "--sglang-bootstrap-port"},
 		{[]string{"--kv-connector=nixl", "--sglang-bootstrap-port=9000"}, "--sglang-bootstrap-port: only --kv-connector=sglang"},
+		{[]string{"--sim-kv-lease=0s"}, "--sim-kv-lease 0s: must be positive"},
+		{[]string{"--sim-kv-transfer-tokens-per-s=0"}, "--sim-kv-transfer-tokens-per-s 0: must be positive"},
+		{[]string{"--sim-kv-load-failure-policy=retry"}, "--sim-kv-load-failure-policy \"retry\": must be recompute or fail"},
+		{[]string{"--sim-kv-recompute-threshold=-1"}, "--sim-kv-recompute-threshold -1: must not be negative"},
+		{[]string{"--sim-kv-side-channel=5600"}, "--sim-kv-side-channel \"5600\": want host:port"},
+		{[]string{"--sim-kv-side-channel=:5600", "--insecure-http"}, "set --sim-kv-side-channel-host"},
+		{[]string{"--sim-kv-side-channel=10.0.0.7:5600"}, "--sim-kv-side-channel 10.0.0.7:5600: simulated engine's KV side channel would serve plaintext on a non-loopback address: listen on loopback, or pass --insecure-http"},
+		{[]string{"--sim-kv-side-channel=", "--sim-kv-side-channel-host=h"}, "--sim-kv-side-channel-host: needs --sim-kv-side-channel"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"stray-argument"}, "unexpected arguments"},
 	} {

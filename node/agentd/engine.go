@@ -45,6 +45,10 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 		sc.MaxQueue = cfg.Sim.MaxQueue
 		sc.Tokenizer = cfg.Sim.Tokenizer
 		sc.CPUBlocks, sc.CPUChunkBlocks, sc.CPULoadTokensPerSec = cfg.Sim.CPUBlocks, cfg.Sim.CPUChunkBlocks, cfg.Sim.CPULoadTokensPerSec
+		sc.EngineID = cfg.NodeID // remote_engine_id: the node's id, unique in the cluster
+		sc.KVSideChannel, sc.KVSideChannelHost = cfg.Sim.KVSideChannel, cfg.Sim.KVSideChannelHost
+		sc.KVLeaseDuration, sc.KVTransferTokensPerSec = cfg.Sim.KVLease, cfg.Sim.KVTransferTokensPerSec
+		sc.KVLoadFailurePolicy, sc.KVRecomputeThreshold = cfg.Sim.KVLoadFailurePolicy, cfg.Sim.KVRecomputeThreshold
 		sc.KVEvents.Endpoint = cfg.Sim.KVEvents
 		sc.KVEvents.Replay = cfg.Sim.KVEventsReplay
 		sc.KVEvents.Topic = cfg.Sim.KVEventsTopic
