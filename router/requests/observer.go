@@ -129,6 +129,14 @@ func hasOutput(payload []byte) bool {
 	if !bytes.Contains(payload, []byte(`"text"`)) && !bytes.Contains(payload, []byte(`"content"`)) {
 		return false
 	}
+	if out, ok := quickOutput(payload); ok {
+		return out
+	}
+	return decodeOutput(payload)
+}
+
+// decodeOutput is hasOutput's answer as encoding/json decodes the chunk (quickOutput's reference).
+func decodeOutput(payload []byte) bool {
 	var c struct {
 		Choices []struct {
 			Text  string `json:"text"`
@@ -150,6 +158,14 @@ func hasOutput(payload []byte) bool {
 
 // cachedTokens reads usage.prompt_tokens_details.cached_tokens from a response or chunk.
 func cachedTokens(b []byte) (int, bool) {
+	if n, found, ok := quickCached(b); ok {
+		return n, found
+	}
+	return decodeCached(b)
+}
+
+// decodeCached is cachedTokens' answer as encoding/json decodes b (quickCached's reference).
+func decodeCached(b []byte) (int, bool) {
 	var r struct {
 		Usage *struct {
 			Details *struct {
