@@ -271,7 +271,7 @@ func (s *scanner) members(body []byte, f func(key string, val []byte) error) err
 			if err != nil {
 				return err
 			}
-			key := string(body[i+1 : kend-1])
+			key := memberKey(body[i+1 : kend-1])
 			if esc || !utf8.ValidString(key) { // decoded as encoding/json decodes it
 				if err := json.Unmarshal(body[i:kend], &key); err != nil {
 					return Invalid("", "invalid JSON key at byte %d: %v", i, err)
@@ -313,6 +313,35 @@ func (s *scanner) members(body []byte, f func(key string, val []byte) error) err
 		return Invalid("", "invalid JSON: trailing data after the request object")
 	}
 	return nil
+}
+
+// memberKey is a key's string, without allocating for the keys the parsers look for.
+func memberKey(b []byte) string {
+	switch string(b) { // a switch on a conversion does not allocate
+	case "model":
+		return "model"
+	case "prompt":
+		return "prompt"
+	case "messages":
+		return "messages"
+	case "max_tokens":
+		return "max_tokens"
+	case "max_completion_tokens":
+		return "max_completion_tokens"
+	case "stream":
+		return "stream"
+	case "stream_options":
+		return "stream_options"
+	case "n":
+		return "n"
+	case "adapter_id":
+		return "adapter_id"
+	case "user":
+		return "user"
+	case "session_id":
+		return "session_id"
+	}
+	return string(b)
 }
 
 func kindOf(c byte) string {

@@ -186,7 +186,12 @@ func (s *Server) withCORS(h http.Handler) http.Handler {
 func noRedirects(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
-		if c := path.Clean("/" + p); p != c && r.Method != http.MethodConnect {
+		c := p
+		if !strings.HasPrefix(c, "/") {
+			c = "/" + c
+		}
+		// Clean of a clean path is the path itself, without allocating.
+		if c = path.Clean(c); p != c && r.Method != http.MethodConnect {
 			writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no route for %s %s; did you mean %s?", r.Method, p, c))
 			return
 		}

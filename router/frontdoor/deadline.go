@@ -36,7 +36,11 @@ var (
 type attempt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stops  []func() bool
+	// stopDrain unhooks the attempt from the server's stop context; timers are its watchdogs
+	// and UpstreamTimeout's (at most three: held in place, no allocation to list them).
+	stopDrain func() bool
+	timers    []*time.Timer
+	timerBuf  [3]*time.Timer
 	// span is the attempt's upstream span and firstByte the span under it that ends at the
 	// first byte or token (trace.go); nopSpan when tracing is off.
 	span, firstByte trace.Span
@@ -45,10 +49,11 @@ type attempt struct {
 
 func (s *Server) newAttempt(parent context.Context) *attempt {
 	a := &attempt{}
+	a.timers = a.timerBuf[:0]
 	a.ctx, a.cancel = context.WithCancelCause(parent)
-	a.stops = append(a.stops, context.AfterFunc(s.stop, func() { a.cancel(errDrainCut) }))
+	a.stopDrain = context.AfterFunc(s.stop, func() { a.cancel(errDrainCut) })
 	if s.cfg.UpstreamTimeout > 0 {
-		a.stops = append(a.stops, time.AfterFunc(s.cfg.UpstreamTimeout, func() { a.cancel(errUpstreamTimeout) }).Stop)
+		a.timers = append(a.timers, time.AfterFunc(s.cfg.UpstreamTimeout, func() { a.cancel(errUpstreamTimeout) }))
 	}
 	return a
 }
@@ -56,7 +61,7 @@ func (s *Server) newAttempt(parent context.Context) *attempt {
 // watchdog cancels the attempt with cause unless reset (Reset) or stopped within d.
 func (a *attempt) watchdog(d time.Duration, cause error) *time.Timer {
 	t := time.AfterFunc(d, func() { a.cancel(cause) })
-	a.stops = append(a.stops, t.Stop)
+	a.timers = append(a.timers, t)
 	return t
 }
 
@@ -76,8 +81,9 @@ func (a *attempt) end() {
 		return
 	}
 	a.ended = true
-	for _, stop := range a.stops {
-		stop()
+	a.stopDrain()
+	for _, t := range a.timers {
+		t.Stop()
 	}
 	a.cancel(context.Canceled)
 	a.firstByte.End()

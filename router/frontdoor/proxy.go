@@ -539,6 +539,9 @@ func (s *Server) logRequest(ctx context.Context, lg *reqLog, status int, latency
 	if status >= 500 || lg.broken != "" {
 		level = slog.LevelWarn
 	}
+	if !s.log.Enabled(ctx, level) {
+		return // the line's attributes are not built for a discarded line
+	}
 	attrs := []slog.Attr{
 		slog.String("endpoint", lg.endpoint), slog.Int("status", status), slog.String("model", lg.model),
 		slog.Bool("stream", lg.stream), slog.Int("prompt_tokens", lg.promptTokens),
