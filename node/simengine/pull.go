@@ -20,7 +20,7 @@ import (
 //     which it recomputes to sample from (vllm/v1/core/sched/scheduler.py,
 //     _update_waiting_for_remote_kv: num_computed_tokens −1 when it equals num_tokens), and
 //     reports every transferred token as cached: cached_tokens = prompt_tokens − 1 on the decode
-//     engine (vllm-project/vllm issues 43370 and 47136). The engine reports the same, so that a
+//     engine, whatever the prefix cache saved. The engine reports the same, so that a
 //     router reading cached_tokens sees what vLLM would show it; the prefill leg's cached_tokens
 //     is the one that says what the cache saved.
 //   - A peer pull fetches the run of full blocks past the local hit that the peer holds (up to
