@@ -235,6 +235,13 @@ type PolicyConfig struct {
 	// IgnoreTiers makes prefixmesh rank by the GPU prefix alone, as before tiers were known
 	// (the simulator's GPU-only baseline); the estimate still reports them.
 	IgnoreTiers bool
+	// PeerPull lets the router name a KV source for a request: when another candidate holds a
+	// longer run of the prompt than the chosen node and pulling it would reach the first token
+	// sooner than recomputing it (PlanPeerPull, peerpull.go). On by default: a pull is planned
+	// only where it shortens the chosen node's predicted TTFT, and a pull that fails falls back
+	// to the recompute it replaced (the engine computes what it could not fetch). The router's
+	// --peer-pull flag maps to it.
+	PeerPull bool
 }
 
 // DefaultPolicyConfig returns the defaults documented on each field.
@@ -257,6 +264,7 @@ func DefaultPolicyConfig() PolicyConfig {
 		LLMDKVCacheWeight:           1,
 		LLMDQueueWeight:             1,
 		TierLoadCost:                [local.NumTiers]float64{local.TierCPU: 1.0 / 15, local.TierDisk: 0.85, local.TierStorage: 0.85, local.TierRemote: 1.4},
+		PeerPull:                    true,
 	}
 }
 
