@@ -1,0 +1,51 @@
+package routing
+
+import "time"
+
+// The Decider's side of peer pull (peerpull.go). Decide has already estimated every candidate
+// (index, overlay, lower tiers) and filled its load and learned fits; PlanPeerPull reads those
+// estimates from the Choice, hashes nothing and estimates nothing again, and asks PlanPeerPull
+// whether the chosen node should fetch a holder's longer run. A committed request that pulls
+// computes only the rest: its ticket counts that much prefill work in flight on its node, and
+// its first token, which waits for the transfer too, teaches the node's TTFT fit nothing (as
+// PlanPrefill's decode leg).
+
+// PlanPeerPull decides, for the request c was decided for over nodes (the same candidates, as
+// Decide left them), whether the chosen node pulls the prompt's prefix from another candidate.
+// Call it when the request's prefill runs on c.Node: with no P/D, or when PlanPrefill kept it
+// local (Prefill.Node −1); under a remote prefill the decode node fetches from the prefill node
+// instead. With a pull and a committed ticket (CommitBegin) not yet at its first token, the
+// ticket's prefill work in flight becomes the prompt less what the node will then hold, and its
+// first token is not learned as the node's TTFT. It allocates nothing.
+func (d *Decider) PlanPeerPull(req *DecideRequest, nodes []NodeInfo, c *Choice) PeerPull {
+	k := len(nodes)
+	if c.Node < 0 || c.Node >= k || len(c.matched) < k || len(c.lower) < k {
+		return PeerPull{Source: -1, Reason: PeerPullNoHolder} // no decision over these nodes
+	}
+	prompt := len(req.Tokens)
+	in := PeerPullInput{PromptTokens: prompt, BlockSize: blockSizeOf(&nodes[c.Node]), Nodes: nodes,
+		Chosen: c.Node, GPU: c.matched[:k], Lower: c.lower[:k], Transfer: d.TransferFit()}
+	out := PlanPeerPull(&in, &d.pcfg)
+	if out.Source < 0 || c.Ticket == nil {
+		return out
+	}
+	d.ticketPulled(c.Ticket, max(prompt-out.MatchedTokens, 0))
+	return out
+}
+
+// ticketPulled sets a committed request's prefill work to prefill tokens and stops its first
+// token from teaching a fit. It takes t.mu, then d.mu (Ticket.releaseLocked's order).
+func (d *Decider) ticketPulled(t *Ticket, prefill int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.first || t.done {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l := d.own[t.node]; l != nil {
+		l.PrefillTokens -= t.load.PrefillTokens - prefill
+	}
+	t.load.PrefillTokens = prefill
+	t.decided = time.Time{}
+}
