@@ -114,7 +114,7 @@ func PlanPeerPull(in *PeerPullInput, cfg *PolicyConfig) PeerPull {
 	}
 	// The best holder: the longest servable run past C's, ties to the least loaded, then the
 	// lowest id (so replicas with the same view agree whatever the candidates' order).
-	best, run, bestLoad := -1, have, 0.0
+	best, run := -1, have
 	for i := range in.Nodes {
 		h := &in.Nodes[i]
 		if i == in.Chosen || h.Cold || blockSizeOf(h) != blockSizeOf(c) {
@@ -125,11 +125,13 @@ func PlanPeerPull(in *PeerPullInput, cfg *PolicyConfig) PeerPull {
 		if r < run || r == have {
 			continue
 		}
-		l := Load(h, cfg.LoadAgeHalfLife)
-		if r == run && best >= 0 && (l > bestLoad || l == bestLoad && h.ID >= in.Nodes[best].ID) {
-			continue
+		if r == run && best >= 0 {
+			l, bl := Load(h, cfg.LoadAgeHalfLife), Load(&in.Nodes[best], cfg.LoadAgeHalfLife)
+			if l > bl || l == bl && h.ID >= in.Nodes[best].ID {
+				continue
+			}
 		}
-		best, run, bestLoad = i, r, l
+		best, run = i, r
 	}
 	if best < 0 {
 		out.Reason = PeerPullNoHolder
