@@ -13,9 +13,9 @@ import (
 //	step = Fixed + PerPrefillToken × prefill tokens + PerDecodeSeq × decode sequences
 //	            + PerContextToken × context tokens of the decode sequences,
 //
-// the linear step-latency model of DistServe (Zhong et al., OSDI'24, §3: prefill latency
+// the linear step-latency model of DistServe (Zhong et al., OSDI'24: prefill latency
 // linear in the batch's tokens, decode latency a near-constant plus a term per sequence) and
-// Splitwise (Patel et al., ISCA'24, §III: prompt phase compute-bound and linear in tokens, token
+// Splitwise (Patel et al., ISCA'24: prompt phase compute-bound and linear in tokens, token
 // phase memory-bound, its step barely growing with the batch). The fixed term is the weights'
 // read that every forward pays; the per-token terms are the matmuls each scheduled token adds;
 // the context term is attention reading the decode sequences' KV.
@@ -28,7 +28,7 @@ import (
 // (chunked prefill). So a long prompt prefills in chunks of at most TokenBudget tokens, one per
 // step, and every decoding sequence on the node waits for the step that carries the chunk: a
 // prefill slows the decode sequences sharing its steps, which is why prefill/decode
-// disaggregation exists (DistServe §2.2, "prefill-decoding interference").
+// disaggregation exists (DistServe's "prefill-decoding interference").
 //
 // How to adopt it in an engine model (the trace simulator, routing/sim's node.go, does this): keep
 // the running sequences in admission order; at the start of a step give each decoding sequence
@@ -72,7 +72,7 @@ var ErrStep = errors.New("kvpool: invalid step model")
 //   - PerPrefillToken = 1 / PrefillTokensPerSec: a long prompt, prefilled alone in full-budget
 //     chunks, runs at the prefill rate (to within Fixed per chunk);
 //   - PerDecodeSeq = PerPrefillToken: a decoding sequence is one more token through the same
-//     weights (the batch's linear term counts tokens, DistServe §3);
+//     weights (the batch's linear term counts tokens, as in DistServe's model);
 //   - Fixed = 1/DecodeTokensPerSec − RefDecodeSeqs × PerDecodeSeq (at least 0): a decode-only
 //     step of RefDecodeSeqs sequences takes 1/DecodeTokensPerSec;
 //   - PerContextToken = 0: Costs' decode rate is quoted for the traces' contexts, attention
