@@ -53,42 +53,53 @@ type simFlags struct {
 	nodeSpeeds                                string
 	noLearn                                   bool
 	delay, repairDelay, arrivalQuantum        time.Duration
+	tokenBudget, prefillNodes, llmdNonCached  int
+	disaggregate                              string
+	kvRate                                    float64
+	kvOverhead                                time.Duration
 }
 
 // simConfigJSON is the "config" object of --json: every input that shapes the numbers.
 type simConfigJSON struct {
-	Trace               string    `json:"trace"`
-	Requests            int       `json:"requests"`
-	Nodes               int       `json:"nodes"`
-	KVBlocks            int       `json:"kv_blocks"`
-	CPUBlocks           int       `json:"cpu_blocks"`
-	CPUChunkBlocks      int       `json:"cpu_chunk_blocks"`
-	CPULoadTokensPerSec float64   `json:"cpu_load_tokens_per_s"`
-	BlockSize           int       `json:"block_size"`
-	PrefillTokensPerSec float64   `json:"prefill_tokens_per_s"`
-	DecodeTokensPerSec  float64   `json:"decode_tokens_per_s"`
-	MaxConcurrent       int       `json:"max_concurrent"`
-	DelayS              float64   `json:"delay_s"`
-	Loss                float64   `json:"loss"`
-	RepairDelayS        float64   `json:"repair_delay_s"`
-	Speed               float64   `json:"speed"`
-	Limit               int       `json:"limit"`
-	Seed                uint64    `json:"seed"`
-	LoadFactor          float64   `json:"load_factor"`
-	MinLoadBound        int       `json:"min_load_bound"`
-	MissPenalty         float64   `json:"miss_penalty"`
-	NodeSpeeds          []float64 `json:"node_speeds,omitempty"`
-	NoTTFTLearning      bool      `json:"no_ttft_learning,omitempty"`
-	Policies            []string  `json:"policies"`
-	Routers             []int     `json:"routers"`
-	Sharing             []bool    `json:"sharing"`
-	LoadIntervalS       float64   `json:"load_interval_s"`
-	ShareDelayS         float64   `json:"share_delay_s"`
-	ShareLoss           float64   `json:"share_loss"`
-	ShareIntervalS      float64   `json:"share_interval_s"`
-	ArrivalQuantumS     float64   `json:"arrival_quantum_s"`
-	BurstStagger        bool      `json:"burst_stagger"`
-	BurstSpread         bool      `json:"burst_spread"`
+	Trace               string  `json:"trace"`
+	Requests            int     `json:"requests"`
+	Nodes               int     `json:"nodes"`
+	KVBlocks            int     `json:"kv_blocks"`
+	CPUBlocks           int     `json:"cpu_blocks"`
+	CPUChunkBlocks      int     `json:"cpu_chunk_blocks"`
+	CPULoadTokensPerSec float64 `json:"cpu_load_tokens_per_s"`
+	BlockSize           int     `json:"block_size"`
+	PrefillTokensPerSec float64 `json:"prefill_tokens_per_s"`
+	DecodeTokensPerSec  float64 `json:"decode_tokens_per_s"`
+	MaxConcurrent       int     `json:"max_concurrent"`
+	TokenBudget         int     `json:"token_budget"`
+	// Disaggregation: absent on an aggregated fleet.
+	PrefillNodes           int       `json:"prefill_nodes,omitempty"`
+	Disaggregate           []string  `json:"disaggregate,omitempty"`
+	LLMDNonCachedTokens    int       `json:"llmd_non_cached_tokens,omitempty"`
+	KVTransferTokensPerSec float64   `json:"kv_transfer_tokens_per_s,omitempty"`
+	KVTransferOverheadS    float64   `json:"kv_transfer_overhead_s,omitempty"`
+	DelayS                 float64   `json:"delay_s"`
+	Loss                   float64   `json:"loss"`
+	RepairDelayS           float64   `json:"repair_delay_s"`
+	Speed                  float64   `json:"speed"`
+	Limit                  int       `json:"limit"`
+	Seed                   uint64    `json:"seed"`
+	LoadFactor             float64   `json:"load_factor"`
+	MinLoadBound           int       `json:"min_load_bound"`
+	MissPenalty            float64   `json:"miss_penalty"`
+	NodeSpeeds             []float64 `json:"node_speeds,omitempty"`
+	NoTTFTLearning         bool      `json:"no_ttft_learning,omitempty"`
+	Policies               []string  `json:"policies"`
+	Routers                []int     `json:"routers"`
+	Sharing                []bool    `json:"sharing"`
+	LoadIntervalS          float64   `json:"load_interval_s"`
+	ShareDelayS            float64   `json:"share_delay_s"`
+	ShareLoss              float64   `json:"share_loss"`
+	ShareIntervalS         float64   `json:"share_interval_s"`
+	ArrivalQuantumS        float64   `json:"arrival_quantum_s"`
+	BurstStagger           bool      `json:"burst_stagger"`
+	BurstSpread            bool      `json:"burst_spread"`
 }
 
 // simReport is the --json document; the unexported fields feed the table.
@@ -122,6 +133,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&f.cpuLoad, "cpu-load-tokens-per-s", def.CPULoadTokensPerSec, "rate at which CPU-tier tokens load back into the GPU")
 	fs.IntVar(&f.limit, "limit", 0, "replay only the first n requests (0: all)")
 	fs.IntVar(&f.maxConc, "max-concurrent", def.MaxConcurrent, "sequences a node runs at once")
+	fs.IntVar(&f.tokenBudget, "token-budget", def.TokenBudget, "most tokens one engine step schedules, decode sequences included (vLLM's max_num_batched_tokens): longer prompts prefill in chunks, each slowing the decode sequences sharing its step")
+	fs.IntVar(&f.prefillNodes, "prefill-nodes", 0, "disaggregate: nodes 0..n-1 run prefill legs only, the others decode (0: every node serves whole requests)")
+	fs.StringVar(&f.disaggregate, "disaggregate", string(def.Disaggregate), "with --prefill-nodes, when a prefill runs on a prefill node, comma-separated for a run each: auto (the router's predicted TTFT), always, never, llmd (llm-d's prefix-based decider, --llmd-non-cached-tokens), dynamo (Dynamo's isl_bounding)")
+	fs.IntVar(&f.llmdNonCached, "llmd-non-cached-tokens", def.LLMDNonCachedTokens, "llm-d's nonCachedTokens for --disaggregate llmd: disaggregate when at least this many prompt tokens are not on the decode node's GPU")
+	fs.Float64Var(&f.kvRate, "kv-transfer-tokens-per-s", def.KVTransferTokensPerSec, "with --prefill-nodes, the rate at which a prompt's KV moves from its prefill node to its decode node (the simulator's ground truth; routers learn it from what they observe)")
+	fs.DurationVar(&f.kvOverhead, "kv-transfer-overhead", def.KVTransferOverhead, "with --prefill-nodes, the fixed time of each KV transfer")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once (output does not depend on it)")
 	fs.IntVar(&f.systemPrompts, "azure-system-prompts", rdef.SystemPrompts, "Azure: shared system prompts laid over the trace (0: no synthetic prefix structure)")
 	fs.Float64Var(&f.sessions, "azure-session-share", rdef.SessionShare, "Azure: share of requests continuing a recent conversation")
@@ -189,6 +206,15 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.ShareDelay, cfg.ShareLoss, cfg.ShareInterval, cfg.LoadInterval = f.shareDelay, f.shareLoss, f.shareInterval, f.loadInterval
 	cfg.NoAdmissionDelay, cfg.Spread, cfg.NoTTFTLearning = f.noStagger, f.spread, f.noLearn
 	cfg.AdmissionSlot = f.slot
+	cfg.TokenBudget, cfg.PrefillNodes, cfg.LLMDNonCachedTokens = f.tokenBudget, f.prefillNodes, f.llmdNonCached
+	cfg.KVTransferTokensPerSec, cfg.KVTransferOverhead = f.kvRate, f.kvOverhead
+	modes, err := parseDisagg(f.disaggregate, f.prefillNodes)
+	if err != nil {
+		return nil, err
+	}
+	if len(modes) > 0 {
+		cfg.Disaggregate = modes[0]
+	}
 	if f.nodeSpeeds != "" {
 		for _, p := range strings.Split(f.nodeSpeeds, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
@@ -238,6 +264,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		policy  string
 		routers int
 		sharing bool
+		mode    sim.Disagg
 	}
 	var combos []combo
 	for _, r := range routerCounts {
@@ -245,14 +272,21 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 			if r == 1 && i > 0 {
 				continue // one router has nobody to share with: one run
 			}
-			for _, p := range policies {
-				combos = append(combos, combo{p, r, sh})
+			for _, m := range modes {
+				for _, p := range policies {
+					combos = append(combos, combo{p, r, sh, m})
+				}
+			}
+			if len(modes) == 0 {
+				for _, p := range policies {
+					combos = append(combos, combo{p, r, sh, cfg.Disaggregate})
+				}
 			}
 		}
 	}
 	for _, c := range combos {
 		cc := cfg
-		cc.Routers, cc.Sharing = c.routers, c.sharing
+		cc.Routers, cc.Sharing, cc.Disaggregate = c.routers, c.sharing, c.mode
 		if err := cc.Validate(); err != nil {
 			return nil, err
 		}
@@ -268,7 +302,14 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		MissPenalty: cfg.Policy.MissPenalty, NodeSpeeds: cfg.NodeSpeeds, NoTTFTLearning: cfg.NoTTFTLearning, Policies: policies, Routers: routerCounts, Sharing: sharings,
 		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
 		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds(),
-		BurstStagger: !f.noStagger, BurstSpread: f.spread}
+		BurstStagger: !f.noStagger, BurstSpread: f.spread, TokenBudget: cfg.TokenBudget}
+	if cfg.PrefillNodes > 0 {
+		rep.Config.PrefillNodes, rep.Config.LLMDNonCachedTokens = cfg.PrefillNodes, cfg.LLMDNonCachedTokens
+		rep.Config.KVTransferTokensPerSec, rep.Config.KVTransferOverheadS = cfg.KVTransferTokensPerSec, cfg.KVTransferOverhead.Seconds()
+		for _, m := range modes {
+			rep.Config.Disaggregate = append(rep.Config.Disaggregate, string(m))
+		}
+	}
 
 	// One job per run plus the references; each is independent and deterministic, so the
 	// results do not depend on how many run at once.
@@ -286,7 +327,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 					continue
 				}
 				c := cfg
-				c.Routers, c.Sharing = combos[j].routers, combos[j].sharing
+				c.Routers, c.Sharing, c.Disaggregate = combos[j].routers, combos[j].sharing, combos[j].mode
 				c.Progress = func(n, _ int) bool {
 					done[j].Store(int64(n))
 					return ctx.Err() == nil
@@ -367,6 +408,29 @@ func parseSharing(s string) ([]bool, error) {
 		default:
 			return nil, fmt.Errorf("--sharing: %q is not on or off", p)
 		}
+	}
+	return out, nil
+}
+
+// parseDisagg parses --disaggregate: the modes to run, in the given order, without repeats. On an
+// aggregated fleet (no prefill nodes) there is nothing to decide: only the default is accepted,
+// and no mode is returned.
+func parseDisagg(s string, prefillNodes int) ([]sim.Disagg, error) {
+	var out []sim.Disagg
+	for _, p := range strings.Split(s, ",") {
+		m := sim.Disagg(strings.TrimSpace(p))
+		if !slices.Contains(sim.DisaggModes(), m) {
+			return nil, fmt.Errorf("--disaggregate: %q is not one of auto, always, never, llmd, dynamo", p)
+		}
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	if prefillNodes == 0 {
+		if len(out) != 1 || out[0] != sim.DefaultConfig().Disaggregate {
+			return nil, fmt.Errorf("--disaggregate %s needs prefill nodes (--prefill-nodes)", s)
+		}
+		return nil, nil
 	}
 	return out, nil
 }
@@ -465,15 +529,25 @@ func writeTable(w io.Writer, rep *simReport) {
 	if c.CPUBlocks > 0 {
 		tier = fmt.Sprintf(" + a CPU tier of %d blocks (chunks of %d), loaded at %.0f tok/s", c.CPUBlocks, c.CPUChunkBlocks, c.CPULoadTokensPerSec)
 	}
-	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens%s; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node; delay %v, loss %.3g%s\n\n",
-		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, tier, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.Delay, c.Loss, quantum)
+	pd := ""
+	if c.PrefillNodes > 0 {
+		pd = fmt.Sprintf("; disaggregated: nodes 0-%d prefill, %d decode, KV moves at %.0f tok/s + %v (llm-d's nonCachedTokens %d)",
+			c.PrefillNodes-1, c.Nodes-c.PrefillNodes, c.KVTransferTokensPerSec, c.KVTransferOverhead, c.LLMDNonCachedTokens)
+	}
+	fmt.Fprintf(w, "trace %s: %d requests; %d nodes × %d blocks of %d tokens%s; prefill %.0f tok/s, decode %.0f tok/s/seq, %d seqs/node, steps of up to %d tokens; delay %v, loss %.3g%s%s\n\n",
+		rep.trace, rep.Config.Requests, c.Nodes, c.BlocksPerNode, c.BlockSize, tier, c.PrefillTokensPerSec, c.DecodeTokensPerSec, c.MaxConcurrent, c.TokenBudget, c.Delay, c.Loss, quantum, pd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// With a CPU tier a column after the hit ratio says how much of it the tier loaded.
 	cpuCol, cpuBlank := "", ""
 	if c.CPUBlocks > 0 {
 		cpuCol, cpuBlank = "of it CPU %\t", "\t"
 	}
-	fmt.Fprintln(tw, "policy\trouters\tsharing\thit %\t"+cpuCol+"vs pooled\tTTFT mean s\tp50 s\tp99 s\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\tstaggered %\tstagger ms\t")
+	// With prefill nodes, two columns after the policy: the rule, and how many it sent remote.
+	pdCol, pdBlank := "", ""
+	if c.PrefillNodes > 0 {
+		pdCol, pdBlank = "P/D\tremote %\t", "\t\t"
+	}
+	fmt.Fprintln(tw, "policy\t"+pdCol+"routers\tsharing\thit %\t"+cpuCol+"vs pooled\tTTFT mean s\tp50 s\tp99 s\tITL mean ms\tITL p99 ms\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\tstaggered %\tstagger ms\t")
 	pooled := rep.Reference.PooledLRUHitRatio
 	for _, r := range rep.Policies {
 		vs := "-"
@@ -491,12 +565,16 @@ func writeTable(w io.Writer, rep *simReport) {
 		if cpuCol != "" {
 			cpu = fmt.Sprintf("%.2f\t", 100*r.CPUHitRatio)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%s%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", r.Name, r.Routers, share, 100*r.HitRatio, cpu, vs,
-			r.TTFTMean, r.TTFTP50, r.TTFTP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens,
+		pdc := ""
+		if pdCol != "" {
+			pdc = fmt.Sprintf("%s\t%.1f\t", r.Disaggregate, 100*r.RemotePrefillShare)
+		}
+		fmt.Fprintf(tw, "%s\t%s%d\t%s\t%.2f\t%s%s\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", r.Name, pdc, r.Routers, share, 100*r.HitRatio, cpu, vs,
+			r.TTFTMean, r.TTFTP50, r.TTFTP99, 1000*r.ITLMean, 1000*r.ITLP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens,
 			r.ShareBytesPerRouterPerSec, 100*r.StaggeredShare, r.StaggerMeanMs)
 	}
-	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t\t\t%.2f\t%s100.0%%\t\t\t\t\t\t\t\t\t\t\n", 100*pooled, cpuBlank)
-	fmt.Fprintf(tw, "infinite cache (bound)\t\t\t%.2f\t%s\t\t\t\t\t\t\t\t\t\t\t\n", 100*rep.Reference.InfiniteHitRatio, cpuBlank)
+	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t%s\t\t%.2f\t%s100.0%%\t\t\t\t\t\t\t\t\t\t\t\t\n", pdBlank, 100*pooled, cpuBlank)
+	fmt.Fprintf(tw, "infinite cache (bound)\t%s\t\t%.2f\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\n", pdBlank, 100*rep.Reference.InfiniteHitRatio, cpuBlank)
 	tw.Flush()
 	for _, r := range rep.Policies {
 		if r.Rejected > 0 {
@@ -538,13 +616,17 @@ func plotRuns(all []sim.Result) []sim.Result {
 
 // runName labels a run: the policy, and with several routers their count and sharing.
 func runName(r *sim.Result) string {
+	name := r.Name
+	if r.Disaggregate != "" {
+		name += " P/D " + r.Disaggregate
+	}
 	if r.Routers <= 1 {
-		return r.Name
+		return name
 	}
 	if r.Sharing {
-		return fmt.Sprintf("%s R=%d shared", r.Name, r.Routers)
+		return fmt.Sprintf("%s R=%d shared", name, r.Routers)
 	}
-	return fmt.Sprintf("%s R=%d alone", r.Name, r.Routers)
+	return fmt.Sprintf("%s R=%d alone", name, r.Routers)
 }
 
 // plotPoints bounds the points of each CDF curve: more than the pixels across adds nothing.

@@ -57,7 +57,7 @@ func TestSimDeterministicJSON(t *testing.T) {
 	if len(doc.Policies) != len(routing.PolicyNames()) || doc.Config["requests"] != 300.0 {
 		t.Fatalf("%d policies, config %v", len(doc.Policies), doc.Config)
 	}
-	for _, k := range []string{"name", "hit_ratio", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "e2e_mean_s",
+	for _, k := range []string{"name", "hit_ratio", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "e2e_mean_s", "itl_mean_s", "itl_p99_s",
 		"imbalance_prefill", "imbalance_inflight", "estimate_exact_share", "estimate_mae_tokens",
 		"routers", "sharing", "share_bytes_per_router_per_s", "node_gossip_bytes_per_node_per_s", "share_messages",
 		"share_lost", "repairs", "staggered_share", "stagger_mean_ms"} {
@@ -65,7 +65,7 @@ func TestSimDeterministicJSON(t *testing.T) {
 			t.Fatalf("policy row lacks %q: %v", k, doc.Policies[0])
 		}
 	}
-	if len(doc.Policies[0]) != 19 || len(doc.Ref) != 2 {
+	if len(doc.Policies[0]) != 21 || len(doc.Ref) != 2 {
 		t.Fatalf("unexpected keys: %v %v", doc.Policies[0], doc.Ref)
 	}
 	for _, want := range []string{"prefixmesh", "dynamo-cost", "pooled LRU (reference, not a bound)", "infinite cache (bound)"} {
@@ -105,6 +105,14 @@ func TestSimBadFlags(t *testing.T) {
 		{"--cpu-blocks", "10", "--cpu-chunk-blocks", "4"},
 		{"--cpu-blocks", "16", "--cpu-chunk-blocks", "0"},
 		{"--cpu-blocks", "16", "--cpu-load-tokens-per-s", "0"},
+		{"--token-budget", "-1"},
+		{"--disaggregate", "llmd"}, // no prefill nodes to send a prefill to
+		{"--prefill-nodes", "8"},   // no decode node left
+		{"--prefill-nodes", "-1"},
+		{"--prefill-nodes", "2", "--disaggregate", "sometimes"},
+		{"--prefill-nodes", "2", "--kv-transfer-tokens-per-s", "0"},
+		{"--prefill-nodes", "2", "--kv-transfer-overhead", "-1ms"},
+		{"--prefill-nodes", "2", "--llmd-non-cached-tokens", "-1"},
 		{"extra"},
 	} {
 		var out, errb bytes.Buffer
@@ -222,5 +230,42 @@ func TestSimPolicyList(t *testing.T) {
 	}
 	if _, err := parsePolicies("prefixmesh,prefixmesh-gpu", false); err == nil {
 		t.Error("prefixmesh-gpu accepted without a CPU tier")
+	}
+}
+
+// --prefill-nodes with a list of --disaggregate modes: a run per mode and policy, each row and
+// the config saying which, the table with the rule and its remote share.
+func TestSimDisaggregateFlags(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "pd.json")
+	out := simArgs(t, "--policies", "prefixmesh", "--prefill-nodes", "2", "--disaggregate", "auto,llmd,dynamo",
+		"--kv-transfer-tokens-per-s", "50000", "--json", p)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Policies []map[string]any `json:"policies"`
+		Config   map[string]any   `json:"config"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Policies) != 3 {
+		t.Fatalf("%d runs, want 3", len(doc.Policies))
+	}
+	for i, m := range []string{"auto", "llmd", "dynamo"} {
+		if r := doc.Policies[i]; r["disaggregate"] != m || r["prefill_nodes"] != 2.0 {
+			t.Fatalf("run %d: %v", i, r)
+		}
+	}
+	c := doc.Config
+	if c["prefill_nodes"] != 2.0 || c["kv_transfer_tokens_per_s"] != 50000.0 || c["llmd_non_cached_tokens"] != 512.0 ||
+		!slices.Equal(c["disaggregate"].([]any), []any{"auto", "llmd", "dynamo"}) {
+		t.Fatalf("config %v", c)
+	}
+	for _, want := range []string{"P/D", "remote %", "ITL p99 ms", "nodes 0-1 prefill, 6 decode", "dynamo"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
 	}
 }

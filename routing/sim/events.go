@@ -7,8 +7,8 @@ type eventKind uint8
 
 const (
 	evArrive        eventKind = iota // a request reaches a router (req)
-	evPrefillDone                    // node's current prefill finished (node, req)
-	evFinish                         // req's last token decoded on node
+	evStep                           // node's current step ends (node)
+	evKVReady                        // req's KV, loaded from the CPU tier or pulled from its prefill node, is on node
 	evDelta                          // a summary delta from node reaches router (msg)
 	evRepair                         // router's repair pull of node's full summary completes
 	evLoad                           // a load report from node reaches router (msg)

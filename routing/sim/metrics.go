@@ -9,12 +9,16 @@ import (
 // Result is one policy's outcome on a trace. Durations are in seconds so that the JSON is
 // readable without units.
 type Result struct {
-	Name               string  `json:"name"`
-	HitRatio           float64 `json:"hit_ratio"`   // sum matched tokens (GPU and CPU tier) / sum prompt tokens
-	TTFTMean           float64 `json:"ttft_mean_s"` // arrival → end of prefill
-	TTFTP50            float64 `json:"ttft_p50_s"`
-	TTFTP99            float64 `json:"ttft_p99_s"`
-	E2EMean            float64 `json:"e2e_mean_s"`           // arrival → last token
+	Name     string  `json:"name"`
+	HitRatio float64 `json:"hit_ratio"`   // sum matched tokens (GPU and CPU tier) / sum prompt tokens
+	TTFTMean float64 `json:"ttft_mean_s"` // arrival → end of prefill
+	TTFTP50  float64 `json:"ttft_p50_s"`
+	TTFTP99  float64 `json:"ttft_p99_s"`
+	E2EMean  float64 `json:"e2e_mean_s"` // arrival → last token
+	// Inter-token latency: every gap between two consecutive output tokens of a sequence, over
+	// all sequences (as vLLM's benchmark_serving pools its ITLs), mean and nearest-rank p99.
+	ITLMean            float64 `json:"itl_mean_s"`
+	ITLP99             float64 `json:"itl_p99_s"`
 	ImbalancePrefill   float64 `json:"imbalance_prefill"`    // max/mean per-node prefill tokens computed
 	ImbalanceInFlight  float64 `json:"imbalance_inflight"`   // max/mean per-node peak in-flight requests
 	EstimateExactShare float64 `json:"estimate_exact_share"` // estimate for the chosen node == actual match
@@ -22,6 +26,13 @@ type Result struct {
 	// CPUHitRatio is the part of HitRatio loaded from the nodes' CPU tiers (Config.CPUBlocks);
 	// absent without one.
 	CPUHitRatio float64 `json:"cpu_hit_ratio,omitempty"`
+	// Disaggregation (Config.PrefillNodes): the prefill nodes, the rule, and the share of
+	// requests prefilled on a prefill node; absent on an aggregated fleet. Under it HitRatio and
+	// the estimate are those of the node that computed the prompt (the prefill node for a remote
+	// prefill), as the client's cached_tokens are the prefill leg's.
+	PrefillNodes       int     `json:"prefill_nodes,omitempty"`
+	Disaggregate       string  `json:"disaggregate,omitempty"`
+	RemotePrefillShare float64 `json:"remote_prefill_share,omitempty"`
 
 	// Many routers (routing/POLICIES.md, "Many routers"): how many, whether they shared, and what the wire cost.
 	Routers                      int     `json:"routers"`
@@ -83,6 +94,45 @@ type collector struct {
 	rejected                    int
 	staggered                   int
 	staggerWait                 time.Duration
+	// itlN counts the inter-token gaps of each length: a step of length d gives every decoding
+	// sequence in it one gap of d, so there are far fewer lengths than gaps.
+	itlN   map[time.Duration]int64
+	itlSum float64 // seconds, over all gaps
+	itlAll int64
+}
+
+// itl records n inter-token gaps of length d.
+func (c *collector) itl(d time.Duration, n int) {
+	if n <= 0 {
+		return
+	}
+	if c.itlN == nil {
+		c.itlN = make(map[time.Duration]int64)
+	}
+	c.itlN[d] += int64(n)
+	c.itlSum += d.Seconds() * float64(n)
+	c.itlAll += int64(n)
+}
+
+// itlPercentile is the nearest-rank p-th percentile of the recorded gaps, as Percentile over
+// every gap would give it.
+func (c *collector) itlPercentile(p float64) float64 {
+	if c.itlAll == 0 {
+		return 0
+	}
+	keys := make([]time.Duration, 0, len(c.itlN))
+	for d := range c.itlN {
+		keys = append(keys, d)
+	}
+	slices.Sort(keys)
+	rank := min(max(int64(math.Ceil(p/100*float64(c.itlAll))), 1), c.itlAll)
+	var seen int64
+	for _, d := range keys {
+		if seen += c.itlN[d]; seen >= rank {
+			return d.Seconds()
+		}
+	}
+	return keys[len(keys)-1].Seconds()
 }
 
 func (c *collector) estimate(est, actual int) {
@@ -106,6 +156,10 @@ func (c *collector) result(name string, prefill, peak []float64) Result {
 	r.TTFTP50 = Percentile(r.TTFTs, 50)
 	r.TTFTP99 = Percentile(r.TTFTs, 99)
 	r.E2EMean = mean(c.e2e)
+	if c.itlAll > 0 {
+		r.ITLMean = c.itlSum / float64(c.itlAll)
+		r.ITLP99 = c.itlPercentile(99)
+	}
 	r.ImbalancePrefill = Imbalance(prefill)
 	r.ImbalanceInFlight = Imbalance(peak)
 	if n := len(c.ttft) + c.rejected; n > 0 {

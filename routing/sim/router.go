@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
 
@@ -28,6 +29,10 @@ type router struct {
 	repairs int           // full-summary pulls after a gap
 
 	infos    []routing.NodeInfo
+	dinfos   []routing.NodeInfo // decode candidates (routing.Eligibility): roles both and decode
+	pinfos   []routing.NodeInfo // prefill candidates (Eligibility.Prefill)
+	didx     []int              // fleet position of dinfos[i]
+	pidx     []int              // fleet position of pinfos[i]
 	choice   routing.Choice
 	loads    []routing.NodeInFlight // scratch for load reports
 	lastLoad []routing.NodeInFlight // the last load report sent
@@ -60,41 +65,116 @@ func newRouter(s *Sim, r int, p routing.Policy) (*router, error) {
 	return rt, nil
 }
 
-// route chooses a node for req through the router's Decider, exactly as the daemon's front door
-// does: every node is a candidate with the last load report it sent this router, aged.
-func (rt *router) route(s *Sim, req *Request) (int, *routing.Choice, error) {
+// decision is a router's answer for one request: the node that decodes it (and, aggregated or
+// prefilled locally, computes its prompt) and, disaggregated, its prefill node (-1: none).
+type decision struct {
+	node, prefill int
+	choice        *routing.Choice
+	plan          routing.Prefill
+}
+
+// route decides req through the router's Decider, exactly as the daemon does: the decode node
+// among the decode-capable nodes (routing.Eligibility), each with the last load report it sent
+// this router, aged; then, with prefill nodes, where the prefill runs (disaggregate).
+func (rt *router) route(s *Sim, req *Request) (decision, error) {
 	now := epoch0.Add(s.q.now)
 	if s.q.now-rt.expired >= s.cfg.OverlayTTL/4 { // as the daemon does, every bucket width
 		rt.dec.Expire(now)
 		rt.expired = s.q.now
 	}
 	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
-	if err := rt.dec.Decide(&dr, rt.candidates(s), now, routing.CommitBegin, &rt.choice); err != nil {
-		return 0, nil, err
+	rt.candidates(s)
+	if err := rt.dec.Decide(&dr, rt.dinfos, now, routing.CommitBegin, &rt.choice); err != nil {
+		return decision{}, err
 	}
-	return rt.choice.Node, &rt.choice, nil
+	d := decision{node: rt.didx[rt.choice.Node], prefill: -1, choice: &rt.choice}
+	if len(rt.pinfos) > 0 {
+		d.plan = rt.disaggregate(s, &dr, now)
+		if d.plan.Node >= 0 {
+			d.prefill = rt.pidx[d.plan.Node]
+		}
+	}
+	return d, nil
+}
+
+// disaggregate decides where the prefill of the request just decided runs. The router's own rule
+// is routing.Decider.PlanPrefill over the prefill nodes (auto, always, never). A baseline is fed
+// only what it uses — llm-d's the prompt and the decode node's GPU match; Dynamo's the decode
+// node's match per tier, which it weighs with its own tier weights; both the prefill nodes'
+// queued prefill tokens to pick the least loaded — and its choice is then committed through
+// PlanPrefill with that one node and always, so the prefill leg is counted and learned from as
+// the router's own are.
+func (rt *router) disaggregate(s *Sim, dr *routing.DecideRequest, now time.Time) routing.Prefill {
+	decode := &rt.dinfos[rt.choice.Node]
+	switch s.cfg.Disaggregate {
+	case DisaggLLMD, DisaggDynamo:
+	default:
+		return rt.dec.PlanPrefill(dr, decode, &rt.choice, rt.pinfos, s.cfg.Disaggregate.mode(), now, routing.CommitBegin)
+	}
+	for i := range rt.pinfos {
+		p := &rt.pinfos[i]
+		p.InFlightPrefillTokens = rt.dec.TotalInFlight(p.ID, now).PrefillTokens
+	}
+	in := routing.PrefillInput{PromptTokens: len(dr.Tokens), BlockSize: s.cfg.BlockSize, Decode: decode,
+		DecodeMatch: rt.choice.Tiers, Prefill: rt.pinfos}
+	var plan routing.PrefillPlan
+	if s.cfg.Disaggregate == DisaggLLMD {
+		plan = routing.PlanPrefillLLMD(&in, s.cfg.LLMDNonCachedTokens)
+	} else {
+		pc := &s.cfg.Policy
+		var w [local.NumTiers]float64
+		w[local.TierGPU], w[local.TierCPU] = 1, pc.DynamoHostCacheHitWeight
+		w[local.TierDisk], w[local.TierStorage], w[local.TierRemote] = pc.DynamoDiskCacheHitWeight, pc.DynamoDiskCacheHitWeight, pc.DynamoSharedCacheMultiplier
+		plan = routing.PlanPrefillDynamo(&in, w)
+	}
+	if plan.Prefill < 0 {
+		return routing.Prefill{Plan: plan, Node: -1}
+	}
+	k := plan.Prefill
+	pf := rt.dec.PlanPrefill(dr, decode, &rt.choice, rt.pinfos[k:k+1], routing.DisaggAlways, now, routing.CommitBegin)
+	if pf.Node >= 0 {
+		pf.Node = k
+	}
+	pf.Plan.Reason = plan.Reason
+	return pf
 }
 
 // admissionWait is how long the router waits before deciding req, as the daemon's front door
 // does (routing.Decider.AdmissionWait).
 func (rt *router) admissionWait(s *Sim, req *Request) time.Duration {
 	dr := routing.DecideRequest{Tokens: req.Tokens, SessionKey: req.SessionKey}
-	return rt.dec.AdmissionWait(&dr, rt.candidates(s), epoch0.Add(s.q.now), &rt.choice)
+	rt.candidates(s)
+	return rt.dec.AdmissionWait(&dr, rt.dinfos, epoch0.Add(s.q.now), &rt.choice)
 }
 
-// candidates lists every node with the last load report it sent this router, aged.
-func (rt *router) candidates(s *Sim) []routing.NodeInfo {
+// Who may take what, as every door of the router decides it.
+var (
+	decodeNodes  = routing.Eligibility{}
+	prefillNodes = routing.Eligibility{Prefill: true}
+)
+
+// candidates lists every node with the last load report it sent this router, aged, and splits
+// them into the decode candidates (dinfos) and the prefill candidates (pinfos).
+func (rt *router) candidates(s *Sim) {
 	rt.infos = rt.infos[:0]
 	for i, n := range s.nodes {
 		v := &rt.views[i]
 		rt.infos = append(rt.infos, routing.NodeInfo{
-			ID: n.id, Alive: true,
+			ID: n.id, Alive: true, Role: n.role,
 			QueuedPrefillTokens: v.rep.queued, Running: v.rep.running, Waiting: v.rep.waiting,
 			FreeBlocks: v.rep.freeBlocks, CapacityBlocks: v.rep.capacityBlock,
 			LoadAge: s.q.now - v.rep.at, BlockSize: s.cfg.BlockSize,
 		})
 	}
-	return rt.infos
+	rt.didx = routing.AppendEligible(rt.didx[:0], rt.infos, &decodeNodes)
+	rt.pidx = routing.AppendEligible(rt.pidx[:0], rt.infos, &prefillNodes)
+	rt.dinfos, rt.pinfos = rt.dinfos[:0], rt.pinfos[:0]
+	for _, i := range rt.didx {
+		rt.dinfos = append(rt.dinfos, rt.infos[i])
+	}
+	for _, i := range rt.pidx {
+		rt.pinfos = append(rt.pinfos, rt.infos[i])
+	}
 }
 
 // deliverDelta applies a delta (or snapshot) at the router; a gap starts a repair.

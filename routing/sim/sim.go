@@ -52,6 +52,35 @@ type Config struct {
 	// MaxConcurrent bounds the sequences a node runs at once (vLLM's max_num_seqs is 256; 64
 	// keeps a node from hoarding a burst another node could serve sooner).
 	MaxConcurrent int
+	// TokenBudget is the most tokens one engine step schedules, decode sequences' tokens
+	// included (vLLM's max_num_batched_tokens; kvpool.DefaultTokenBudget, 8192, when 0). Each
+	// node runs kvpool.FromCosts of its prefill and decode rates with it: a step takes
+	// 1/DecodeTokensPerSec − 16/PrefillTokensPerSec plus 1/PrefillTokensPerSec per token it
+	// carries, so prompt chunks slow the decode sequences sharing their steps.
+	TokenBudget int
+
+	// PrefillNodes makes the fleet disaggregated: nodes 0..PrefillNodes−1 run prefill legs only
+	// (routing.RolePrefill), the others decode (routing.RoleDecode). 0: every node serves whole
+	// requests (routing.RoleBoth).
+	PrefillNodes int
+	// Disaggregate is when a request's prefill runs on a prefill node (with PrefillNodes > 0):
+	// the router's own rule (auto, always, never: routing.Decider.PlanPrefill) or a baseline's
+	// (llmd: routing.PlanPrefillLLMD with LLMDNonCachedTokens; dynamo: routing.PlanPrefillDynamo
+	// with the policy's Dynamo tier weights).
+	Disaggregate Disagg
+	// LLMDNonCachedTokens is llm-d's nonCachedTokens: disaggregate when at least this many prompt
+	// tokens are not on the decode node's GPU. 512, the value of llm-d's README example
+	// (llm-d/llm-d-inference-scheduler, the prefix-based P/D decider; its default, 0, disables
+	// P/D).
+	LLMDNonCachedTokens int
+	// KVTransferTokensPerSec and KVTransferOverhead are the ground truth of moving a prompt's KV
+	// from a prefill node to a decode node: overhead + tokens / rate, each transfer on its own.
+	// 100,000 tokens/s is 128 KiB of KV a token (an 8B model with GQA in bf16) at 12.5 GB/s, one
+	// 100 Gb/s NIC; 10 ms sets a transfer up (the side-channel handshake and the read's
+	// registration). The routers are not told: they learn it from what they observe
+	// (routing.Decider.ObserveTransfer: the prefill leg's answer to the decode leg's first token).
+	KVTransferTokensPerSec float64
+	KVTransferOverhead     time.Duration
 	// Delay is how long a node's summary delta or load report takes to reach the router: one
 	// gossip round (memberlist's default gossip interval is 200 ms on a LAN profile, 50 ms on
 	// its local profile, which is what a rack of GPU nodes is).
@@ -119,24 +148,29 @@ type Config struct {
 // DefaultConfig is the standard configuration (see each field).
 func DefaultConfig() Config {
 	return Config{
-		Nodes:               8,
-		BlockSize:           16,
-		BlocksPerNode:       32768,
-		CPUChunkBlocks:      1,
-		CPULoadTokensPerSec: 150000,
-		PrefillTokensPerSec: 10000,
-		DecodeTokensPerSec:  50,
-		MaxConcurrent:       64,
-		Delay:               50 * time.Millisecond,
-		RepairDelay:         20 * time.Millisecond,
-		OverlayTTL:          routing.DefaultOverlayTTL,
-		OverlayMax:          routing.DefaultOverlayMaxEntries,
-		LoadInterval:        200 * time.Millisecond,
-		Routers:             1,
-		Sharing:             true,
-		ShareDelay:          time.Millisecond,
-		ShareInterval:       10 * time.Millisecond,
-		Policy:              routing.DefaultPolicyConfig(),
+		Nodes:                  8,
+		BlockSize:              16,
+		BlocksPerNode:          32768,
+		CPUChunkBlocks:         1,
+		CPULoadTokensPerSec:    150000,
+		PrefillTokensPerSec:    10000,
+		DecodeTokensPerSec:     50,
+		MaxConcurrent:          64,
+		TokenBudget:            kvpool.DefaultTokenBudget,
+		Disaggregate:           DisaggAuto,
+		LLMDNonCachedTokens:    512,
+		KVTransferTokensPerSec: 100000,
+		KVTransferOverhead:     10 * time.Millisecond,
+		Delay:                  50 * time.Millisecond,
+		RepairDelay:            20 * time.Millisecond,
+		OverlayTTL:             routing.DefaultOverlayTTL,
+		OverlayMax:             routing.DefaultOverlayMaxEntries,
+		LoadInterval:           200 * time.Millisecond,
+		Routers:                1,
+		Sharing:                true,
+		ShareDelay:             time.Millisecond,
+		ShareInterval:          10 * time.Millisecond,
+		Policy:                 routing.DefaultPolicyConfig(),
 	}
 }
 
@@ -167,6 +201,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: CPU load rate %v must be positive and finite", ErrConfig, c.CPULoadTokensPerSec)
 	case c.MaxConcurrent <= 0:
 		return fmt.Errorf("%w: max concurrent %d must be positive", ErrConfig, c.MaxConcurrent)
+	case c.TokenBudget < 0:
+		return fmt.Errorf("%w: token budget %d must not be negative", ErrConfig, c.TokenBudget)
+	case c.PrefillNodes < 0 || c.PrefillNodes > 0 && c.PrefillNodes >= c.Nodes:
+		return fmt.Errorf("%w: prefill nodes %d: want 0, or fewer than the %d nodes (some must decode)", ErrConfig, c.PrefillNodes, c.Nodes)
+	case !c.Disaggregate.valid():
+		return fmt.Errorf("%w: disaggregate %q: want auto, always, never, llmd or dynamo", ErrConfig, c.Disaggregate)
+	case c.LLMDNonCachedTokens < 0:
+		return fmt.Errorf("%w: llm-d non-cached tokens %d must not be negative", ErrConfig, c.LLMDNonCachedTokens)
+	case c.PrefillNodes > 0 && (!(c.KVTransferTokensPerSec > 0) || math.IsInf(c.KVTransferTokensPerSec, 1) || c.KVTransferOverhead < 0):
+		return fmt.Errorf("%w: KV transfer rate %v must be positive and finite, overhead %v not negative", ErrConfig, c.KVTransferTokensPerSec, c.KVTransferOverhead)
 	case c.Delay < 0 || c.RepairDelay < 0 || c.OverlayTTL < 0:
 		return fmt.Errorf("%w: negative delay", ErrConfig)
 	case !(c.Loss >= 0 && c.Loss < 1) || !(c.ShareLoss >= 0 && c.ShareLoss < 1):
@@ -187,6 +231,13 @@ var epoch0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type reqState struct {
 	router, node, estimate int
 	ticket                 *routing.Ticket // the router's in-flight record, until the request ends
+
+	// Disaggregated (pnode >= 0): the prefill node, its leg's ticket until it answers, when it
+	// answered, and the tokens the router expects the decode node to pull (its plan's Transfer).
+	pnode    int
+	pticket  *routing.Ticket
+	answered time.Duration
+	transfer int
 }
 
 // message is something on the wire: a node's delta, snapshot or load report to the routers, or
@@ -227,6 +278,8 @@ type Sim struct {
 	inFlight, peak []int // per node: requests routed there and not finished (the truth)
 	rr             int   // round-robin position over routers
 	ended          int   // requests served or rejected
+
+	remote int // requests prefilled on a prefill node
 
 	nodeBytes, shareBytes int64 // bytes sent node → routers and router → routers
 	shareMsgs, shareLost  int64
@@ -280,6 +333,9 @@ func newSim(trace *Trace, cfg Config, policy func() routing.Policy) (*Sim, error
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x1055)),
 		inFlight: make([]int, cfg.Nodes),
 		peak:     make([]int, cfg.Nodes),
+	}
+	for i := range s.reqs {
+		s.reqs[i].pnode = -1
 	}
 	for i := 0; i < cfg.Nodes; i++ {
 		n, err := newNode(i, &cfg)
@@ -344,20 +400,16 @@ func (s *Sim) Run() (Result, error) {
 			if s.cfg.Progress != nil && !s.cfg.Progress(routed, len(s.trace.Requests)) {
 				return Result{}, ErrStopped
 			}
-		case evPrefillDone:
+		case evStep:
+			s.nodes[e.node].endStep(s)
+		case evKVReady:
 			n := s.nodes[e.node]
-			req := &s.trace.Requests[e.req]
-			s.col.ttft = append(s.col.ttft, seconds(s.q.now-req.Arrival))
-			s.reqs[e.req].ticket.FirstToken(now)
-			n.finishPrefill(s, e.req)
-			n.tryStart(s)
-			s.changed(n)
-		case evFinish:
-			n := s.nodes[e.node]
-			s.col.e2e = append(s.col.e2e, seconds(s.q.now-s.trace.Requests[e.req].Arrival))
-			n.finish(e.req)
-			s.end(e.req, true)
-			n.tryStart(s)
+			if st := &s.reqs[e.req]; st.pnode >= 0 && st.node == e.node { // a decode leg's pull is done
+				p := s.nodes[st.pnode]
+				p.endLease(e.req)
+				s.changed(p)
+			}
+			n.kvReady(s, e.req)
 			s.changed(n)
 		case evDelta:
 			s.routers[e.router].deliverDelta(s, e.msg)
@@ -392,6 +444,12 @@ func (s *Sim) Run() (Result, error) {
 	}
 	r := s.col.result(s.name, prefill, peak)
 	r.Routers, r.Sharing = s.cfg.Routers, s.sharing()
+	if s.cfg.PrefillNodes > 0 {
+		r.PrefillNodes, r.Disaggregate = s.cfg.PrefillNodes, string(s.cfg.Disaggregate)
+		if n := len(s.trace.Requests); n > 0 {
+			r.RemotePrefillShare = float64(s.remote) / float64(n)
+		}
+	}
 	if secs := s.q.now.Seconds(); secs > 0 {
 		r.NodeGossipBytesPerNodePerSec = float64(s.nodeBytes) / float64(len(s.nodes)) / secs
 		r.ShareBytesPerRouterPerSec = float64(s.shareBytes) / float64(len(s.routers)) / secs
@@ -420,24 +478,73 @@ func (s *Sim) admit(r int) time.Duration {
 	return s.routers[ri].admissionWait(s, req)
 }
 
-// route has request r's router choose a node; the request joins that node.
+// route has request r's router choose a node (and under disaggregation a prefill node); the
+// request joins the node that computes its prompt.
 func (s *Sim) route(r int) error {
 	req := &s.trace.Requests[r]
 	ri := s.reqs[r].router
 	rt := s.routers[ri]
-	i, c, err := rt.route(s, req)
+	d, err := rt.route(s, req)
 	if err != nil {
 		return fmt.Errorf("route request %d: %w", r, err)
 	}
 	st := &s.reqs[r]
-	st.router, st.node, st.estimate, st.ticket = ri, i, c.MatchedTokens, c.Ticket
-	s.inFlight[i]++
-	s.peak[i] = max(s.peak[i], s.inFlight[i])
-	n := s.nodes[i]
-	n.enqueue(s, r)
-	n.tryStart(s)
-	s.changed(n)
+	st.router, st.node, st.estimate, st.ticket, st.pnode = ri, d.node, d.choice.MatchedTokens, d.choice.Ticket, d.prefill
+	s.inFlight[d.node]++
+	s.peak[d.node] = max(s.peak[d.node], s.inFlight[d.node])
+	if d.prefill < 0 {
+		n := s.nodes[d.node]
+		n.enqueue(s, r, legWhole)
+		s.changed(n)
+		return nil
+	}
+	s.remote++
+	st.pticket, st.estimate, st.transfer = d.plan.Ticket, d.plan.MatchedTokens, d.plan.Plan.Transfer
+	s.inFlight[d.prefill]++
+	s.peak[d.prefill] = max(s.peak[d.prefill], s.inFlight[d.prefill])
+	p := s.nodes[d.prefill]
+	p.enqueue(s, r, legPrefill)
+	s.changed(p)
 	return nil
+}
+
+// firstToken: request r's first token is out on n (a whole request, or a decode leg after its
+// pull); a decode leg's router learns the transfer from it.
+func (s *Sim) firstToken(n *node, r int) {
+	st := &s.reqs[r]
+	now := epoch0.Add(s.q.now)
+	s.col.ttft = append(s.col.ttft, seconds(s.q.now-s.trace.Requests[r].Arrival))
+	st.ticket.FirstToken(now)
+	if st.pnode >= 0 {
+		// What the router sees: the prefill leg answered, the decode leg's first byte came
+		// later; the difference is the transfer as far as it can tell.
+		s.routers[st.router].dec.ObserveTransfer(st.transfer, (s.q.now - st.answered).Seconds())
+	}
+}
+
+// prefillAnswered: request r's prefill leg answered on prefill node p; its router sends the
+// decode leg to the decode node, which pulls the KV it lacks.
+func (s *Sim) prefillAnswered(p *node, r int) {
+	st := &s.reqs[r]
+	now := epoch0.Add(s.q.now)
+	st.pticket.FirstToken(now)
+	st.pticket.Done(now, true)
+	st.pticket = nil
+	s.inFlight[p.idx]--
+	st.answered = s.q.now
+	d := s.nodes[st.node]
+	d.enqueue(s, r, legDecode)
+	s.changed(d)
+}
+
+// pullKV starts decode node n's pull of request r's KV, lacked tokens of it, from its prefill
+// node: Config.KVTransferOverhead + lacked / Config.KVTransferTokensPerSec, the ground truth.
+func (s *Sim) pullKV(n *node, r, lacked int) {
+	t := s.cfg.KVTransferOverhead
+	if lacked > 0 {
+		t += time.Duration(float64(lacked) / s.cfg.KVTransferTokensPerSec * float64(time.Second))
+	}
+	s.q.schedule(event{at: s.q.now + t, kind: evKVReady, node: n.idx, req: r})
 }
 
 // end closes request r's in-flight record at its router: ok after its last token, not ok when
@@ -462,8 +569,20 @@ func (s *Sim) admitted(r, matched, loaded int) {
 	s.col.estimate(s.reqs[r].estimate, local.EngineCachedTokens(matched+loaded, n, s.cfg.BlockSize))
 }
 
-// reject drops a request no node can ever hold.
-func (s *Sim) reject(n *node, r int) {
+// reject drops a request that node n can never hold (as leg l): a prefill leg takes its decode
+// leg with it, and a decode leg frees its prefill node's lease.
+func (s *Sim) reject(n *node, r int, l leg) {
+	st := &s.reqs[r]
+	switch l {
+	case legPrefill:
+		st.pticket.Done(epoch0.Add(s.q.now), false)
+		st.pticket = nil
+		s.inFlight[n.idx]--
+	case legDecode:
+		p := s.nodes[st.pnode]
+		p.endLease(r)
+		s.changed(p)
+	}
 	s.col.rejected++
 	s.end(r, false)
 }

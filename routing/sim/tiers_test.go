@@ -21,8 +21,8 @@ func tierConfig() Config {
 
 // A prompt is served, pushed out of a one-node GPU pool by a longer prompt that takes every
 // block (spilling it to the CPU tier) and asked for again: its 62 full blocks come back from the
-// CPU, charged at the load rate on the prefill stream before the 8 uncached tokens are
-// prefilled, and count as cached (hit ratio, estimate) as vLLM counts its connector's tokens.
+// CPU, charged at the load rate before the step that prefills the 8 uncached tokens, and count
+// as cached (hit ratio, estimate) as vLLM counts its connector's tokens.
 func TestCPUTierSpillAndLoad(t *testing.T) {
 	tr, err := ReadMooncake(strings.NewReader(
 		`{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2]}
@@ -39,10 +39,12 @@ func TestCPUTierSpillAndLoad(t *testing.T) {
 	cfg.PrefillTokensPerSec, cfg.CPULoadTokensPerSec = 10000, 160000
 	r, s := run(t, tr, routing.PolicyPrefixMesh, cfg)
 
-	// Cold, cold, then 992 tokens loaded (6.2 ms) and 8 prefilled (0.8 ms).
-	for i, want := range []float64{0.007, 0.1, 0.1008} {
+	// Each prompt fits one step (kvpool.FromCosts: 18.4 ms + 0.1 ms a token at these rates).
+	// Cold (18.4 + 100 ms), cold (18.4 + 100.8 ms), then 992 tokens loaded (6.2 ms) before a
+	// step of the 8 uncached (18.4 + 0.8 ms).
+	for i, want := range []float64{0.0254, 0.1184, 0.1192} {
 		if math.Abs(r.TTFTs[i]-want) > 1e-9 {
-			t.Fatalf("TTFTs %v, want 7 ms, 100 ms and 100.8 ms", r.TTFTs)
+			t.Fatalf("TTFTs %v, want 25.4 ms, 118.4 ms and 119.2 ms", r.TTFTs)
 		}
 	}
 	if want := 992.0 / 3008; math.Abs(r.HitRatio-want) > 1e-12 || math.Abs(r.CPUHitRatio-want) > 1e-12 {
