@@ -23,6 +23,8 @@ type metrics struct {
 	brokenStreams *prometheus.CounterVec
 	rejected      *prometheus.CounterVec // reason: overloaded, draining, too_large, body_timeout, body_budget
 	inflight      prometheus.Gauge
+	// prefillLegs counts disaggregated requests' prefill legs by outcome (pd.go).
+	prefillLegs *prometheus.CounterVec
 }
 
 // reasonBodyBudget is rejected_total's reason for a body refused because the bytes held across
@@ -55,6 +57,9 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 			Help: "Requests refused before routing, by reason: overloaded, draining, too_large, body_timeout, body_budget."}, []string{"reason"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 			Help: "Requests being proxied now."}),
+		prefillLegs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "prefill_legs_total",
+			Help: "Prefill legs of disaggregated requests by outcome: ok; no_kv_transfer_params and failed (the decode node prefilled locally); refused (the prefill engine's error went to the client); aborted (the request ended first)."},
+			[]string{"outcome"}),
 	}
 	// The label values known in advance exist at 0 from the start, so a rate over them reads 0,
 	// not "no data" (which a renamed series would also give).
@@ -64,6 +69,9 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 	for _, c := range []string{causeConnect, causeFirstByte, causeStatus429, causeStatus5xx} {
 		m.retries.WithLabelValues(c)
 	}
+	for _, o := range []string{prefillOK, prefillNoParams, prefillFailed, prefillRefused, prefillAborted} {
+		m.prefillLegs.WithLabelValues(o)
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -72,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 		Help: "Request body bytes held now (buffers as charged to the body budget, --max-body-buffer-bytes)."},
 		func() float64 { return float64(bodies.Held()) })
 	for _, c := range append([]prometheus.Collector{m.requests, m.decisions, m.ttft, m.latency, m.retries, m.ejections,
-		m.rejected, m.inflight, m.firstByteTimeouts, m.brokenStreams, buffered}, m.accuracy.Collectors()...) {
+		m.rejected, m.inflight, m.firstByteTimeouts, m.brokenStreams, m.prefillLegs, buffered}, m.accuracy.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -159,7 +159,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string, body
 		return
 	}
 	lg.promptTokens = len(toks)
-	preq := &requests.PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.Session}
+	preq := &requests.PickRequest{Tokens: toks, AdapterID: adapter, Model: base, SessionKey: g.Session, Disaggregable: true}
 	s.proxy(w, r, path, body, preq, g.Stream, start, lg)
 }
 
@@ -284,12 +284,29 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 		s.met.decisions.WithLabelValues(pk.NodeID, pk.Policy, pk.Reason).Inc()
 		lg.node, lg.policy, lg.reason, lg.estimate = pk.NodeID, pk.Policy, pk.Reason, pk.EstimatedMatchedTokens
 
-		at := s.startUpstream(ctx, &pk, attempt+1)
+		// A disaggregated request's prefill leg goes first (NIXL) or beside (SGLang), pd.go.
+		var pd *pdLegs
+		actx, send, hdr := ctx, requests.Body(body), r.Header
+		if pk.Prefill != nil {
+			var refused *failure
+			pd, actx, refused = s.beginPD(ctx, r.Header, path, body.b, &pk)
+			if refused != nil {
+				pk.Done(requests.Outcome{Status: refused.status, CachedTokens: -1, Latency: time.Since(start)})
+				lg.err = fmt.Sprintf("prefill node %s answered %d", refused.node, refused.status)
+				s.writeFailure(w, refused)
+				return
+			}
+			hdr = pd.header
+			if pd.body != nil {
+				send = pd.body
+			}
+		}
+		at := s.startUpstream(actx, &pk, attempt+1)
 		var fb *time.Timer
 		if stream {
 			fb = at.watchdog(s.firstByteTimeout(pk), errFirstByteTimeout)
 		}
-		resp, err := s.send(at.ctx, pk, path, body, r.Header)
+		resp, err := s.send(at.ctx, pk, path, send, hdr)
 		if err == nil {
 			at.upstreamStatus(resp.StatusCode)
 		}
@@ -329,6 +346,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			drained := errors.Is(at.cause(), errDrainCut)
 			at.failed(err)
 			at.end()
+			pd.end(false)
 			pk.Done(requests.Outcome{Status: last.status, Err: last.err, CachedTokens: -1, Latency: time.Since(start)})
 			if ctx.Err() != nil {
 				lg.err = "client went away"
@@ -342,14 +360,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			}
 			// A busy node (429) is healthy; a refused connect, a 5xx or a node that does not
 			// answer in time is not, and the same streak ejects it.
-			if cause != causeStatus429 {
+			if cause != causeStatus429 && !prefillCut(actx) {
 				s.svc.Health().ReportFailure(pk.NodeID)
 			}
 			exclude = append(exclude, pk.NodeID)
 			continue
 		}
 		s.svc.Health().ReportSuccess(pk.NodeID)
-		s.respond(w, resp, first, *bp, pk, at, start, lg) // ends at
+		s.respond(w, resp, first, *bp, pk, pd, at, start, lg) // ends at and pd
 		return
 	}
 	s.writeFailure(w, last)
@@ -375,8 +393,8 @@ func readFirst(body io.Reader, buf []byte) ([]byte, error) {
 	}
 }
 
-// send forwards the original body to the chosen engine.
-func (s *Server) send(ctx context.Context, pk requests.Pick, path string, body *reqBody, h http.Header) (*http.Response, error) {
+// send forwards body (the client's, or a disaggregated leg's) to the chosen engine.
+func (s *Server) send(ctx context.Context, pk requests.Pick, path string, body requests.Body, h http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pk.EngineURL+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
@@ -403,20 +421,32 @@ func (s *Server) send(ctx context.Context, pk requests.Pick, path string, body *
 // engine, a deadline or the drain ends with an SSE error event and a WARN line. It ends the
 // attempt, deferred: a plain body cut after it began leaves by the abort panic, and an attempt
 // not ended keeps its hook on the server's stop context (and its timers) until shutdown.
-func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf []byte, pk requests.Pick, at *attempt, start time.Time, lg *reqLog) {
+func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf []byte, pk requests.Pick, pd *pdLegs, at *attempt, start time.Time, lg *reqLog) {
 	defer at.end()
+	var rerr error
+	defer func() { pd.end(rerr == nil) }()
 	// The engine's Content-Type, not the request's stream flag, decides how to relay: an engine
 	// may answer an error as JSON to a streaming request.
 	defer resp.Body.Close()
 	headerAt := time.Since(start)
+	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	var src io.Reader = resp.Body
+	estimate := pk.EstimatedMatchedTokens
+	if pd != nil {
+		// The client is told what the prefill leg's cache saved, and that node's estimate.
+		src, first = pd.rewriteAnswer(resp, first, isSSE)
+		estimate = pd.leg.EstimatedMatchedTokens
+	}
 	for k, v := range resp.Header {
 		if !hopHeaders[k] {
 			w.Header()[k] = v
 		}
 	}
 	w.Header().Set(HeaderNode, pk.NodeID)
-	w.Header().Set(HeaderEstimate, strconv.Itoa(pk.EstimatedMatchedTokens))
-	if pk.EstimatedTiers.Lower() > 0 {
+	w.Header().Set(HeaderEstimate, strconv.Itoa(estimate))
+	if pd != nil {
+		w.Header().Set(HeaderPrefillNode, pd.leg.NodeID)
+	} else if pk.EstimatedTiers.Lower() > 0 {
 		w.Header().Set(HeaderEstimateTiers, tierHeader(&pk.EstimatedTiers))
 	}
 	if resp.StatusCode == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
@@ -426,7 +456,6 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	if c, err := strconv.Atoi(resp.Header.Get(requests.HeaderCachedTokens)); err == nil {
 		cached = c
 	}
-	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	w.WriteHeader(resp.StatusCode)
 	if isSSE {
 		_ = http.NewResponseController(w).Flush()
@@ -434,9 +463,9 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	if !isSSE {
 		at.firstByte.End() // the answer's first byte came with its headers
 	}
-	obs := requests.NewObserver(isSSE, start, cached, at.onFirstToken(pk.FirstToken))
+	obs := requests.NewObserver(isSSE, start, cached, at.onFirstToken(pd.onFirstToken(pk.FirstToken, isSSE)))
 	idle := at.watchdog(s.cfg.StreamIdleTimeout, errIdleTimeout)
-	rerr := relay(w, resp.Body, first, buf, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
+	rerr = relay(w, src, first, buf, obs, func() { idle.Reset(s.cfg.StreamIdleTimeout) })
 	ttft := obs.TTFT()
 	if !isSSE {
 		ttft = headerAt
@@ -448,7 +477,7 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 			s.met.ttft.Observe(ttft.Seconds())
 			s.met.accuracy.ObservePredictedTTFT(pk.ExpectedTTFT)
 		}
-		s.met.accuracy.Observe(pk.EstimatedMatchedTokens, obs.Cached(), lg.promptTokens)
+		s.met.accuracy.Observe(estimate, obs.Cached(), lg.promptTokens)
 	}
 	if rerr == nil {
 		return

@@ -156,6 +156,10 @@ func decodeOutput(payload []byte) bool {
 	return false
 }
 
+// CachedTokens reads usage.prompt_tokens_details.cached_tokens from a JSON response or one SSE
+// chunk's payload: a disaggregated request's prefill leg's answer says what its cache saved.
+func CachedTokens(b []byte) (int, bool) { return cachedTokens(b) }
+
 // cachedTokens reads usage.prompt_tokens_details.cached_tokens from a response or chunk.
 func cachedTokens(b []byte) (int, bool) {
 	if n, found, ok := quickCached(b); ok {

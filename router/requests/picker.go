@@ -34,6 +34,9 @@ type PickRequest struct {
 	// node in O(1) (routing.Eligibility.Allowed), so that a request allowed few of many nodes
 	// costs a pass over the nodes, not an exclusion list scanned per node.
 	Allowed *routing.NodeSet
+	// Disaggregable says the door can carry a disaggregated request (a prefill leg on a prefill
+	// node, Pick.Prefill): the front door's single prompts and the endpoint picker's requests.
+	Disaggregable bool
 }
 
 // Pick is a routing decision. Done must be called exactly once, when the request has ended (it
@@ -65,6 +68,12 @@ type Pick struct {
 	// (nothing changed then); estimate is node's estimated matched tokens at the decision, -1
 	// when it was not an alternate.
 	Reroute func(node string) (estimate int, moved bool)
+	// Prefill, when not nil, is the request's prefill leg on a prefill node (prefill.go); the
+	// request itself goes to NodeID, its decode node.
+	Prefill *PrefillLeg
+	// PrefillReason is the disaggregation decision's reason when one was made ("" when the
+	// request could not be disaggregated or no prefill node was eligible).
+	PrefillReason string
 }
 
 // Outcome is how a routed request ended.

@@ -21,6 +21,7 @@ type PolicyPicker struct {
 	dec     *routing.Decider
 	ejected func(string) bool // nil: nothing is ejected
 	now     func() time.Time
+	disagg  routing.DisaggMode
 
 	scratch sync.Pool // *pickScratch
 
@@ -42,6 +43,10 @@ type PolicyPickerConfig struct {
 	Ejector Ejector
 	// Now is the clock for the overlay; nil means time.Now.
 	Now func() time.Time
+	// Disaggregate is when a request that allows it (PickRequest.Disaggregable) has its prefill
+	// on a prefill node (routing.Decider.PlanPrefill); the zero value is auto. Nothing changes
+	// in a fleet without prefill nodes.
+	Disaggregate routing.DisaggMode
 }
 
 // NewPolicyPicker returns a picker choosing among src's nodes with policy, estimating matches from
@@ -70,7 +75,7 @@ func NewDeciderPicker(src NodeSource, d *routing.Decider, cfg PolicyPickerConfig
 	if now == nil {
 		now = time.Now
 	}
-	p := &PolicyPicker{src: src, dec: d, now: now}
+	p := &PolicyPicker{src: src, dec: d, now: now, disagg: cfg.Disaggregate}
 	if cfg.Ejector != nil {
 		p.ejected = cfg.Ejector.Ejected
 	}
@@ -118,6 +123,9 @@ type pickScratch struct {
 	nodes  []routing.NodeInfo
 	urls   []string
 	choice routing.Choice
+	// The prefill pool, listed when the request may be disaggregated.
+	pnodes []routing.NodeInfo
+	purls  []string
 }
 
 // WaitAdmission waits d (a burst's turn: routing.Decider.AdmissionWait), or until ctx ends: a
@@ -196,6 +204,9 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 		Reason:                 c.Reason,
 		ExpectedTTFT:           ttft,
 	}
+	if p.disagg != routing.DisaggNever && req.Disaggregable && len(req.Tokens) > 0 {
+		p.planPrefill(&pk, &dr, sc, el)
+	}
 	if req.Alternates > 0 {
 		// A gateway's pick: the fallback list, and accounting that can follow a fallback.
 		p.movable(&pk, t, c, sc, req)
@@ -208,19 +219,23 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 
 // list fills sc with the eligible nodes and their engine URLs; false when there are none.
 func (p *PolicyPicker) list(sc *pickScratch, el *routing.Eligibility) bool {
-	sc.nodes, sc.urls = sc.nodes[:0], sc.urls[:0]
+	sc.nodes, sc.urls = p.appendEligible(sc.nodes[:0], sc.urls[:0], el)
+	return len(sc.nodes) > 0
+}
+
+// appendEligible appends the nodes el admits and their engine URLs.
+func (p *PolicyPicker) appendEligible(nodes []routing.NodeInfo, urls []string, el *routing.Eligibility) ([]routing.NodeInfo, []string) {
 	if a, ok := p.src.(NodeAppender); ok {
-		sc.nodes, sc.urls = a.AppendEligible(sc.nodes, sc.urls, *el) // by value: a pointer through the interface would escape
-		return len(sc.nodes) > 0
+		return a.AppendEligible(nodes, urls, *el) // by value: a pointer through the interface would escape
 	}
 	all := p.src.Nodes()
 	for i := range all { // by index: a NodeTarget is a few hundred bytes
 		if n := &all[i]; el.Eligible(&n.Info) {
-			sc.nodes = append(sc.nodes, n.Info)
-			sc.urls = append(sc.urls, n.EngineURL)
+			nodes = append(nodes, n.Info)
+			urls = append(urls, n.EngineURL)
 		}
 	}
-	return len(sc.nodes) > 0
+	return nodes, urls
 }
 
 // succeeded is whether a request ended well, for its ticket.

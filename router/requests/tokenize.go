@@ -95,13 +95,13 @@ func (e *engineTokenizer) tokens(ctx context.Context, g *GenRequest, model strin
 		// the prompt, and vLLM's and SGLang's /tokenize take them.
 		body = g.Body
 	} else if g.Chat {
-		body = bytesBody(g.Raw)
+		body = BytesBody(g.Raw)
 	} else {
 		b, err := json.Marshal(map[string]any{"model": g.Model, "prompt": g.Text})
 		if err != nil {
 			return nil, fmt.Errorf("tokenize: encode request: %w", err)
 		}
-		body = bytesBody(b)
+		body = BytesBody(b)
 	}
 	tried := 0
 	var last error = ErrNoNodes
@@ -160,10 +160,12 @@ func (e *engineTokenizer) ask(ctx context.Context, engineURL string, body Body) 
 	return r.Tokens, nil
 }
 
-// bytesBody is a body held in one slice, sent again as it is.
-type bytesBody []byte
+// BytesBody is a body held in one slice, sent again as it is (a disaggregated request's legs,
+// a chat body sent to an engine's /tokenize).
+type BytesBody []byte
 
-func (b bytesBody) Attach(req *http.Request) {
+// Attach implements Body.
+func (b BytesBody) Attach(req *http.Request) {
 	req.Body = io.NopCloser(bytes.NewReader(b))
 	req.ContentLength = int64(len(b))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }

@@ -54,6 +54,7 @@ func newFrontDoor(cfg ServeConfig, t tlsSetup, mirror requests.NodeStatusSource,
 	sc.Policy = cfg.Policy
 	sc.PolicyConfig = cfg.policyConfig()
 	sc.Decider = dec
+	sc.Picker.Disaggregate, _ = routing.ParseDisaggMode(cfg.Disaggregate) // validated
 	sc.WrapPicker = func(p requests.Picker) requests.Picker {
 		return router.PinnedPicker{Picker: p, Nodes: nodes, Pins: table}
 	}
