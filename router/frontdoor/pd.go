@@ -352,8 +352,8 @@ const maxRewriteBytes = 8 << 20
 type sseCachedRewriter struct {
 	src    io.Reader
 	cached func() int // read at the first event that carries usage
-	pend   []byte // read, not yet a whole event
-	out    []byte // ready to relay
+	pend   []byte     // read, not yet a whole event
+	out    []byte     // ready to relay
 	err    error
 	buf    [4 << 10]byte
 }
