@@ -16,6 +16,9 @@ var ErrConfig = errors.New("extproc: invalid config")
 const (
 	// HeaderDestination carries the chosen endpoint (and fallbacks) to the gateway.
 	HeaderDestination = "x-gateway-destination-endpoint"
+	// HeaderPrefiller names a disaggregated request's prefill endpoint (ip:port) to llm-d's P/D
+	// sidecar on the decode node, which runs the prefill leg there (docs/disaggregation.md).
+	HeaderPrefiller = "x-prefiller-host-port"
 	// MetadataNamespace is the dynamic-metadata namespace of the destination and of the served
 	// endpoint the gateway reports back.
 	MetadataNamespace = "envoy.lb"

@@ -101,6 +101,8 @@ type rigOpts struct {
 	engines map[int]http.Handler
 	health  requests.HealthReporter // the service's passive health (none when nil)
 	flow    flow.Admitter           // the service's flow control (none when nil)
+	roles   map[int]routing.Role    // the nodes' roles by index (both when absent)
+	disagg  routing.DisaggMode      // the picker's disaggregation mode
 }
 
 func newRig(t tb, o rigOpts) *rig {
@@ -131,14 +133,14 @@ func newRig(t tb, o rigOpts) *rig {
 		}
 		r.nodes = append(r.nodes, n)
 		r.list.nodes = append(r.list.nodes, requests.NodeTarget{EngineURL: url,
-			Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: 16}})
+			Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: 16, Role: o.roles[i]}})
 		r.index.ReplaceNode(id, uint64(i+1), 0, nil)
 	}
 	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.picker, err = requests.NewPolicyPicker(r.list, r.index, routing.NewOverlay(0, 0), pol, requests.PolicyPickerConfig{MaxInFlightPerNode: o.maxPer})
+	r.picker, err = requests.NewPolicyPicker(r.list, r.index, routing.NewOverlay(0, 0), pol, requests.PolicyPickerConfig{MaxInFlightPerNode: o.maxPer, Disaggregate: o.disagg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -294,6 +294,11 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	st.s.met.decideSecs.Observe(time.Since(start).Seconds())
 	// The engine's request carries the picker's span as its parent (nil when not tracing).
 	tp := st.traceHeaders()
+	if pk.Prefill != nil {
+		if e := endpointOf(pk.Prefill.EngineURL); e != "" {
+			tp = append(tp, setHeader(HeaderPrefiller, e))
+		}
+	}
 	switch {
 	case !withBody:
 		err = st.send(headersResponse(true, st.dest, -1, tp...))

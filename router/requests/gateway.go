@@ -68,7 +68,7 @@ var errServedElsewhere = errors.New("requests: the gateway served the request on
 // would anyway.
 func (s *Service) PickForGateway(ctx context.Context, r *GatewayRequest) (*GatewayPick, error) {
 	start := time.Now()
-	preq := PickRequest{Alternates: r.Alternates, Allowed: r.Allowed}
+	preq := PickRequest{Alternates: r.Alternates, Allowed: r.Allowed, Disaggregable: true}
 	prompt, stream := -1, false
 	// release is flow control's, once admitted (AdmitFlow): handed to the pick's Done, or
 	// given back here when no pick is made.
@@ -135,6 +135,22 @@ func (s *Service) PickForGateway(ctx context.Context, r *GatewayRequest) (*Gatew
 	pk, err := s.Pick(ctx, &preq, nil, 0)
 	if err != nil {
 		return nil, err
+	}
+	if leg := pk.Prefill; leg != nil {
+		// The gateway's P/D sidecar on the decode node runs the prefill leg (the picker names
+		// it, HeaderPrefiller): the leg ends with the request, and teaches no TTFT, since the
+		// router sees only the decode node's first token.
+		// It is over by the decode node's first token, or when the request ends without one.
+		var once sync.Once
+		end := func(o Outcome) { once.Do(func() { leg.Done(o) }) }
+		done, first := pk.Done, pk.FirstToken
+		pk.Done = func(o Outcome) { done(o); end(o) }
+		pk.FirstToken = func() {
+			end(Outcome{Status: http.StatusOK, CachedTokens: -1})
+			if first != nil {
+				first()
+			}
+		}
 	}
 	if release != nil {
 		// Given back when the pick ends, after its in-flight count (Done is called once).

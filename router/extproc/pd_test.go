@@ -1,0 +1,73 @@
+package extproc
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prefixmesh/prefixmesh/router/extproc/fakegw"
+	"github.com/prefixmesh/prefixmesh/routing"
+)
+
+// A disaggregated request through the endpoint picker: the destination is the decode node and
+// x-prefiller-host-port names the prefill node's ip:port, as llm-d's router tells its P/D
+// sidecar on the decode pod (llm-d-router pkg/common/routing/common.go), which then runs the
+// prefill leg itself.
+func TestPickerNamesPrefiller(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	prefill := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the gateway sent the request to the prefill node: the sidecar on the decode node does that")
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	decode := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get(HeaderPrefiller))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"x","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"length"}]}`))
+	})
+	for _, tc := range []struct {
+		mode routing.DisaggMode
+		want bool
+	}{{routing.DisaggAlways, true}, {routing.DisaggNever, false}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			r := newRig(t, rigOpts{nodes: 2, engines: map[int]http.Handler{0: prefill, 1: decode},
+				roles: map[int]routing.Role{0: routing.RolePrefill, 1: routing.RoleDecode}, disagg: tc.mode})
+			g, base := r.gateway(fakegw.Config{})
+			ids := strings.TrimSuffix(strings.Repeat("1000,", 128), ",") // token ids: exact here
+			status, _, body := post(t, base, "/v1/completions", `{"model":"`+simModel+`","prompt":[`+ids+`],"max_tokens":4}`)
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %s", status, body)
+			}
+			d := decision(t, g, 1)
+			if want := strings.TrimPrefix(r.list.nodes[1].EngineURL, "http://"); d.Destination != want {
+				t.Fatalf("destination %q, want the decode node %q", d.Destination, want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := ""
+			if tc.want {
+				want = strings.TrimPrefix(r.list.nodes[0].EngineURL, "http://")
+			}
+			if len(seen) != 1 || seen[0] != want {
+				t.Fatalf("%s on the decode request: %q, want %q", HeaderPrefiller, seen, want)
+			}
+			// The prefill leg's count on the prefill node ends with the request.
+			eventually(t, "in-flight back to zero", func() error {
+				if n := r.picker.InFlight("node-0"); n != 0 {
+					return errInFlight(n)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+type errInFlight int
+
+func (e errInFlight) Error() string { return "prefill node still has requests in flight" }
