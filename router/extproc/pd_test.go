@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	procv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
 	"github.com/prefixmesh/prefixmesh/router/extproc/fakegw"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -38,7 +40,7 @@ func TestPickerNamesPrefiller(t *testing.T) {
 			mu.Unlock()
 			r := newRig(t, rigOpts{nodes: 2, engines: map[int]http.Handler{0: prefill, 1: decode},
 				roles: map[int]routing.Role{0: routing.RolePrefill, 1: routing.RoleDecode}, disagg: tc.mode})
-			g, base := r.gateway(fakegw.Config{})
+			g, base := r.gateway(fakegw.Config{RequestMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED})
 			ids := strings.TrimSuffix(strings.Repeat("1000,", 128), ",") // token ids: exact here
 			status, _, body := post(t, base, "/v1/completions", `{"model":"`+simModel+`","prompt":[`+ids+`],"max_tokens":4}`)
 			if status != http.StatusOK {
