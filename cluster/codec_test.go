@@ -87,7 +87,7 @@ func TestMetaLimits(t *testing.T) {
 		t.Fatalf("version 2: %v", err)
 	}
 	for i := 0; i < len(b)-1; i++ {
-		if i == len(b)-metaExtServingBytes {
+		if i == len(b)-1-metaExtServingBytes {
 			continue // exactly an older release's metadata (TestMetaNewDecoderReadsOldBytes)
 		}
 		if err := got.UnmarshalBinary(b[:i]); err == nil {

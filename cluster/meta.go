@@ -156,6 +156,11 @@ type Meta struct {
 	// BootstrapPort is the engine's SGLang bootstrap port, which a decode engine asks for the
 	// prefill engine's KV (with KVConnectorSGLang; 0 otherwise).
 	BootstrapPort uint16
+	// KVPeerAddr is the host:port where other engines pull this engine's KV (vLLM's NIXL side
+	// channel as llm-d's P2P connector reaches it; the simulated engine's side channel), "" when
+	// it has none: what a router names as a peer pull's source. It is the metadata's second
+	// trailing extension (a uvarint-length string after the serving extension).
+	KVPeerAddr string
 }
 
 // metaExtServingBytes is the size of the serving extension after the model: role, connector,
@@ -166,7 +171,8 @@ const metaExtServingBytes = 4
 // MarshalBinary encodes m: version, role, flags, epoch (8 bytes LE), block size and capacity
 // (uvarints), then node id, gRPC address, engine URL, Raft address and model as uvarint-length
 // strings, then the serving extension (metaExtServingBytes: serving role, KV connector, bootstrap
-// port as uint16 LE), always written so that a later extension can follow it. It fails when a
+// port as uint16 LE) and the KV peer extension (KVPeerAddr as a uvarint-length string), always
+// written so that a later extension can follow them. It fails when a
 // field is out of range or the result exceeds MaxMetaBytes. Roles and connectors unknown to this
 // release are encoded as they are: the node agent's flags refuse unknown names, and a router
 // keeps a later release's values rather than refusing the node.
@@ -201,6 +207,11 @@ func (m Meta) appendBinary(b []byte) ([]byte, error) {
 	}
 	b = append(b, byte(m.Serving), byte(m.KVConnector))
 	b = binary.LittleEndian.AppendUint16(b, m.BootstrapPort)
+	if len(m.KVPeerAddr) > maxMetaString {
+		return nil, fmt.Errorf("encode meta: %w: KV peer address of %d bytes (max %d)", ErrInvalid, len(m.KVPeerAddr), maxMetaString)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.KVPeerAddr)))
+	b = append(b, m.KVPeerAddr...)
 	if len(b) > MaxMetaBytes {
 		return nil, fmt.Errorf("encode meta: %w: %d bytes (max %d)", ErrTooLarge, len(b), MaxMetaBytes)
 	}
@@ -245,6 +256,10 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 		if r.err == nil {
 			out.Serving, out.KVConnector = ServingRole(ext[0]), KVConnector(ext[1])
 			out.BootstrapPort = binary.LittleEndian.Uint16(ext[2:])
+		}
+		if r.err == nil && len(r.b) > 0 {
+			// The KV peer extension; absent (a release before it) leaves "".
+			out.KVPeerAddr = r.str(maxMetaString)
 		}
 	}
 	if r.err != nil {

@@ -68,6 +68,12 @@ func servingMeta() Meta {
 	return m
 }
 
+func peerMeta() Meta {
+	m := sampleMeta()
+	m.Serving, m.KVConnector, m.KVPeerAddr = ServeDecode, KVConnectorNIXL, "10.0.0.3:5600"
+	return m
+}
+
 func mustHex(t *testing.T, s string) []byte {
 	t.Helper()
 	b, err := hex.DecodeString(s)
@@ -96,7 +102,7 @@ func TestMetaNewDecoderReadsOldBytes(t *testing.T) {
 // An old router reads a new node: the same version, the extension ignored as trailing bytes,
 // every field it knows intact.
 func TestMetaOldDecoderReadsNewBytes(t *testing.T) {
-	for _, m := range []Meta{servingMeta(), sampleMeta(), {Role: RoleRouter, NodeID: "r"},
+	for _, m := range []Meta{servingMeta(), sampleMeta(), peerMeta(), {Role: RoleRouter, NodeID: "r"},
 		{Role: RoleNode, NodeID: "d", Serving: ServeDecode, KVConnector: KVConnectorNIXL}} {
 		b, err := m.MarshalBinary()
 		if err != nil {
@@ -107,7 +113,7 @@ func TestMetaOldDecoderReadsNewBytes(t *testing.T) {
 			t.Fatalf("the old decoder refuses %+v: %v", m, err)
 		}
 		want := m
-		want.Serving, want.KVConnector, want.BootstrapPort = 0, 0, 0
+		want.Serving, want.KVConnector, want.BootstrapPort, want.KVPeerAddr = 0, 0, 0, ""
 		if got != want {
 			t.Fatalf("the old decoder read %+v, want %+v", got, want)
 		}
@@ -124,10 +130,12 @@ func TestMetaGoldenServing(t *testing.T) {
 		m   Meta
 		hex string
 	}{
-		{servingMeta(), oldMetaHex + "0102" + "2623"}, // prefill, sglang, 8998 = 0x2326
-		{sampleMeta(), oldMetaHex + "0000" + "0000"},
-		{Meta{Role: RoleRouter, NodeID: "r"}, oldRouterMetaHex + "00000000"},
-		{Meta{Role: RoleNode, NodeID: "r", Serving: ServeDecode, KVConnector: KVConnectorNIXL}, "01010000000000000000000000017200000000" + "0201" + "0000"},
+		{servingMeta(), oldMetaHex + "0102" + "2623" + "00"}, // prefill, sglang, 8998 = 0x2326, no KV peer
+		{sampleMeta(), oldMetaHex + "0000" + "0000" + "00"},
+		{Meta{Role: RoleRouter, NodeID: "r"}, oldRouterMetaHex + "00000000" + "00"},
+		{Meta{Role: RoleNode, NodeID: "r", Serving: ServeDecode, KVConnector: KVConnectorNIXL}, "01010000000000000000000000017200000000" + "0201" + "0000" + "00"},
+		// The KV peer extension: "10.0.0.3:5600" (13 bytes, 0x0d) after the serving extension.
+		{peerMeta(), oldMetaHex + "0201" + "0000" + "0d" + "31302e302e302e333a35363030"},
 	} {
 		b, err := c.m.MarshalBinary()
 		if err != nil {
@@ -150,7 +158,7 @@ func TestMetaServingExtension(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := len(b) - metaExtServingBytes
+	base := len(b) - metaExtServingBytes - 1 // the serving extension, then an empty KV peer address
 	var got Meta
 	for n := 1; n < metaExtServingBytes; n++ {
 		if err := got.UnmarshalBinary(b[:base+n]); !errors.Is(err, ErrTruncated) {
@@ -190,5 +198,26 @@ func TestParseServingRoleAndConnector(t *testing.T) {
 		if _, err := ParseKVConnector(s); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseKVConnector(%q) accepted", s)
 		}
+	}
+}
+
+// A KV peer extension cut short is damage; a release before it (the serving extension only)
+// decodes with no address.
+func TestMetaKVPeerExtension(t *testing.T) {
+	b, err := peerMeta().MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Meta
+	for cut := 1; cut < len(peerMeta().KVPeerAddr)+1; cut++ {
+		if err := got.UnmarshalBinary(b[:len(b)-cut]); !errors.Is(err, ErrTruncated) {
+			t.Fatalf("KV peer extension cut by %d bytes: %v", cut, err)
+		}
+	}
+	before := b[:len(b)-1-len(peerMeta().KVPeerAddr)]
+	want := peerMeta()
+	want.KVPeerAddr = ""
+	if err := got.UnmarshalBinary(before); err != nil || got != want {
+		t.Fatalf("metadata of a release before the extension: %+v, %v", got, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,6 +96,11 @@ type Config struct {
 	// llm-d's. Only meaningful with --kv-connector=sglang (given without it, it is refused) and
 	// gossiped only then.
 	SGLangBootstrapPort int
+	// KVPeerAddr is the host:port where other engines pull this engine's KV (vLLM's NIXL side
+	// channel as llm-d's P2P connector reaches it), gossiped so that a router can name this
+	// node as a peer pull's source; "" announces none. The simulated engine announces its own
+	// side channel (--sim-kv-side-channel) when this is empty.
+	KVPeerAddr string
 	// KVEvents is the engine's KV-event PUB endpoint the agent dials (--kv-events): vLLM binds
 	// tcp://*:5557 by default, so tcp://127.0.0.1:5557 from a sidecar. Set KVEventsListen instead
 	// for an engine that dials the agent.
@@ -312,6 +318,13 @@ func (c Config) Validate() error {
 	if c.SGLangBootstrapPort < 1 || c.SGLangBootstrapPort > 65535 {
 		return bad("--sglang-bootstrap-port %d: must be in [1, 65535]", c.SGLangBootstrapPort)
 	}
+	if c.KVPeerAddr != "" {
+		host, port, err := net.SplitHostPort(c.KVPeerAddr)
+		if p, perr := strconv.Atoi(port); err != nil || perr != nil || p < 1 || p > 65535 || host == "" ||
+			net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+			return bad("--kv-peer-addr %q: want the host:port other engines dial (a host, not every address; a port in [1, 65535])", c.KVPeerAddr)
+		}
+	}
 	switch c.Engine {
 	case engineSim:
 		switch {
@@ -480,6 +493,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model `name` served by this node (vllm/sglang: default the engine's, from /v1/models)")
 	fs.StringVar(&cfg.Role, "role", cfg.Role, "the phase of inference this node's engine serves: prefill, decode or both (gossiped and shown; routing does not use it yet)")
 	fs.StringVar(&cfg.KVConnector, "kv-connector", cfg.KVConnector, "the engine's KV `connector` to other engines under prefill/decode disaggregation: nixl or sglang (empty: none)")
+	fs.StringVar(&cfg.KVPeerAddr, "kv-peer-addr", cfg.KVPeerAddr, "`host:port` where other engines pull this engine's KV (a peer pull's source; vLLM's NIXL side channel, llm-d's P2P port); empty: none, or the simulated engine's side channel")
 	fs.IntVar(&cfg.SGLangBootstrapPort, "sglang-bootstrap-port", cfg.SGLangBootstrapPort, "SGLang's bootstrap `port` beside a prefill engine (with --kv-connector=sglang)")
 	fs.StringVar(&cfg.KVEvents, "kv-events", cfg.KVEvents, "the engine's KV-event PUB `endpoint` to dial (tcp://HOST:PORT; --engine=vllm|sglang)")
 	fs.StringVar(&cfg.KVEventsListen, "kv-events-listen", cfg.KVEventsListen, "bind this `endpoint` for KV events instead, for an engine that dials the agent")

@@ -39,7 +39,7 @@ func TestHelp(t *testing.T) {
 		"-model", "-tls-cert", "-tls-key", "-tls-client-ca", "-log-level", "-drain-timeout", "-validate-only", "-addr-file",
 		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr",
 		"-kv-events", "-kv-events-listen", "-kv-events-replay", "-kv-events-topic", "-dp-size", "-sim-kv-events",
-		"-role", "-kv-connector", "-sglang-bootstrap-port", "-sim-kv-side-channel", "-sim-kv-side-channel-host", "-sim-kv-lease",
+		"-role", "-kv-connector", "-sglang-bootstrap-port", "-kv-peer-addr", "-sim-kv-side-channel", "-sim-kv-side-channel-host", "-sim-kv-lease",
 		"-sim-kv-transfer-tokens-per-s", "-sim-kv-load-failure-policy", "-sim-kv-recompute-threshold"} {
 		if !strings.Contains(stderr.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
@@ -52,7 +52,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 		"--kv-blocks=100", "--model=m", "--log-level=debug", "--drain-timeout=3s", "--sim-prefill-tokens-per-s=5",
 		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes",
 		"--sim-cpu-blocks=96", "--sim-cpu-load-tokens-per-s=2e5", "--sim-cpu-chunk-blocks=16",
-		"--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=9001",
+		"--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=9001", "--kv-peer-addr=10.1.2.3:5601",
 		"--sim-kv-side-channel=0.0.0.0:5600", "--sim-kv-side-channel-host=10.1.2.3", "--sim-kv-lease=45s",
 		"--sim-kv-transfer-tokens-per-s=4e5", "--sim-kv-load-failure-policy=fail", "--sim-kv-recompute-threshold=64"}, &bytes.Buffer{})
 	if err != nil {
@@ -65,7 +65,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	want.Sim.PrefillTokensPerSec, want.Sim.DecodeTokensPerSec, want.Sim.MaxConcurrent, want.Sim.MaxQueue = 5, 6, 7, 0
 	want.Sim.Tokenizer = "bytes"
 	want.Sim.CPUBlocks, want.Sim.CPULoadTokensPerSec, want.Sim.CPUChunkBlocks = 96, 2e5, 16
-	want.Role, want.KVConnector, want.SGLangBootstrapPort = "prefill", "sglang", 9001
+	want.Role, want.KVConnector, want.SGLangBootstrapPort, want.KVPeerAddr = "prefill", "sglang", 9001, "10.1.2.3:5601"
 	want.Sim.KVSideChannel, want.Sim.KVSideChannelHost, want.Sim.KVLease = "0.0.0.0:5600", "10.1.2.3", 45*time.Second
 	want.Sim.KVTransferTokensPerSec, want.Sim.KVLoadFailurePolicy, want.Sim.KVRecomputeThreshold = 4e5, "fail", 64
 	if !reflect.DeepEqual(cfg, want) {
@@ -198,6 +198,9 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--grpc-listen=unix://relative.sock"}, "--grpc-listen"},
 		{[]string{"--http-listen=unix:///tmp/h.sock"}, "--http-listen"},
 		{[]string{"--node-id="}, "--node-id"},
+		{[]string{"--kv-peer-addr=5600"}, "--kv-peer-addr"},
+		{[]string{"--kv-peer-addr=0.0.0.0:5600"}, "--kv-peer-addr"},
+		{[]string{"--kv-peer-addr=host:0"}, "--kv-peer-addr"},
 		{[]string{"--node-id=" + strings.Repeat("x", maxNodeID+1)}, "--node-id"},
 		{[]string{"--block-size=0"}, "--block-size"},
 		{[]string{"--block-size=4097"}, "--block-size"},

@@ -20,6 +20,7 @@ type engineSide struct {
 	load    cluster.LoadFunc // nil: no load to gossip
 	healthy func() bool      // nil: the agent is healthy whenever it serves
 	addrs   []string         // extra bound addresses for the addr file ("kvevents=…")
+	kvPeer  string           // where peers pull the engine's KV, when the engine says (the simulated one)
 }
 
 // startEngine brings up the node's engine side. With --engine=sim it builds the simulated
@@ -70,7 +71,7 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 			return engineSide{}, err
 		}
 		mux.Handle("/", eng.Handler())
-		side := engineSide{close: eng.Close, load: simLoad(eng)}
+		side := engineSide{close: eng.Close, load: simLoad(eng), kvPeer: eng.KVSideChannelAddr()}
 		if a := eng.KVEventsAddr(); a != "" {
 			side.addrs = append(side.addrs, "kvevents="+a)
 		}

@@ -17,7 +17,7 @@ import (
 // baseline yet), its gRPC and engine addresses, its serving role and KV connector, and that publishes the tree's summary journal
 // and the engine's load to every router.
 func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uint64, cold bool, grpcAddr, httpAddr net.Addr,
-	load cluster.LoadFunc, logger *slog.Logger, reg prometheus.Registerer) (*cluster.Agent, error) {
+	load cluster.LoadFunc, kvPeer string, logger *slog.Logger, reg prometheus.Registerer) (*cluster.Agent, error) {
 	if cfg.Gossip.Listen == "" {
 		return nil, nil
 	}
@@ -31,6 +31,10 @@ func startGossip(ctx context.Context, cfg Config, tree cluster.Source, epoch uin
 	gc.Meta.Model = cfg.Model
 	gc.Meta.BlockSize = uint32(cfg.BlockSize)
 	gc.Meta.Serving, gc.Meta.KVConnector, gc.Meta.BootstrapPort = cfg.serving()
+	gc.Meta.KVPeerAddr = cfg.KVPeerAddr
+	if gc.Meta.KVPeerAddr == "" {
+		gc.Meta.KVPeerAddr = kvPeer
+	}
 	if cfg.Engine == engineSim {
 		gc.Meta.KVCapacity = uint64(cfg.KVBlocks)
 		if cfg.EngineURL == "" {

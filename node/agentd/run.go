@@ -236,7 +236,7 @@ func (d *daemon) listenAndJoin(ctx context.Context) error {
 		_ = d.grpcLis.Close()
 		return fmt.Errorf("http listen: %w", err)
 	}
-	d.agent, err = startGossip(ctx, d.cfg, d.view, d.cacheSrv.Epoch(), d.ann.cold(), d.grpcLis.Addr(), d.httpLis.Addr(), d.side.load, d.logger, d.reg)
+	d.agent, err = startGossip(ctx, d.cfg, d.view, d.cacheSrv.Epoch(), d.ann.cold(), d.grpcLis.Addr(), d.httpLis.Addr(), d.side.load, d.side.kvPeer, d.logger, d.reg)
 	if err != nil {
 		_ = d.grpcLis.Close()
 		_ = d.httpLis.Close()
