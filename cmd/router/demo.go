@@ -40,6 +40,22 @@ type demoConfig struct {
 	// Gateway also replays each policy through the fake gateway (router/extproc/fakegw), which
 	// speaks ext_proc to the router's endpoint picker as Envoy does, on a fresh cluster of its own.
 	Gateway bool
+	// Roles is each node's --role (node i takes Roles[i]; past its end, both); a prefill or
+	// decode node runs vLLM's NixlConnector (--kv-connector nixl, its engine's KV side channel on
+	// loopback). Disaggregate is the router's --disaggregate ("": its default).
+	Roles        []string
+	Disaggregate string
+	// TransferPerSec is the rate at which a decode engine pulls KV from a prefill engine: the
+	// simulated engine's default (100,000 tok/s, a 100 Gb/s NIC for an 8B model).
+	TransferPerSec float64
+}
+
+// role is node i's --role.
+func (c demoConfig) role(i int) string {
+	if i < len(c.Roles) && c.Roles[i] != "" {
+		return c.Roles[i]
+	}
+	return "both"
 }
 
 func defaultDemoConfig() demoConfig {
@@ -56,6 +72,7 @@ func defaultDemoConfig() demoConfig {
 		MaxOutputTokens: 64,
 		Policies:        []string{"prefixmesh", "round-robin"},
 		Serve:           true,
+		TransferPerSec:  100000,
 	}
 }
 
@@ -75,6 +92,7 @@ func (c *demoConfig) quick() {
 	c.Speed *= quickCompress
 	c.PrefillPerSec *= quickCompress
 	c.DecodePerSec *= quickCompress
+	c.TransferPerSec *= quickCompress
 	c.Serve = false
 }
 

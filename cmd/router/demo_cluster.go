@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,8 +40,13 @@ type demoCluster struct {
 // demoNode is one node's pair of daemons: the engine and the agent mirroring it.
 type demoNode struct {
 	id                    string
+	role                  string // the agent's --role
 	agentGRPC, engineGRPC string
 	engineHTTP            string
+	agentHTTP             string
+	// stopEngine stops this node's engine alone (its agent keeps gossiping the node), as a
+	// crashed engine looks to the router.
+	stopEngine context.CancelFunc
 }
 
 func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string, logs io.Writer) (*demoCluster, error) {
@@ -62,6 +68,9 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 	if cfg.Gateway {
 		routerArgs = append(routerArgs, "--ext-proc-listen=127.0.0.1:0")
 	}
+	if cfg.Disaggregate != "" {
+		routerArgs = append(routerArgs, "--disaggregate="+cfg.Disaggregate)
+	}
 	c.run("router", func() int { return routerd.Main(ctx, routerArgs, io.Discard, logs) })
 	addrs, err := waitAddrFile(ctx, routerAddrs, c)
 	if err != nil {
@@ -74,7 +83,7 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 	// agent in --engine vllm mode beside it that mirrors the engine's cache from those events and
 	// gossips the mirror's summary to the router.
 	for i := 0; i < cfg.Nodes; i++ {
-		id := fmt.Sprintf("node-%d", i)
+		id, role := fmt.Sprintf("node-%d", i), cfg.role(i)
 		engAddrs := filepath.Join(dir, id+"-engine.addr")
 		engArgs := []string{
 			"--node-id=" + id + "-engine", "--log-level=warn", "--engine=sim",
@@ -88,33 +97,59 @@ func startDemoCluster(parent context.Context, cfg demoConfig, policy, dir string
 		if cfg.CPUBlocks > 0 { // a CPU tier the GPU pool spills into, published as vLLM's CPU events
 			engArgs = append(engArgs, fmt.Sprintf("--sim-cpu-blocks=%d", cfg.CPUBlocks))
 		}
-		c.run(id+"-engine", func() int { return agentd.Main(ctx, engArgs, io.Discard, logs) })
+		if role != "both" {
+			// A P/D node's engine is vLLM with NixlConnector: prefill legs leave their blocks
+			// leased on a loopback side channel, decode legs pull from it at the transfer rate.
+			engArgs = append(engArgs, "--sim-kv-side-channel=127.0.0.1:0",
+				fmt.Sprintf("--sim-kv-transfer-tokens-per-s=%g", cfg.TransferPerSec))
+		}
+		n := demoNode{id: id, role: role}
+		ectx, stop := context.WithCancel(ctx) // c.stop cancels ctx, so every path ends it
+		n.stopEngine = stop
+		c.run(id+"-engine", func() int { return agentd.Main(ectx, engArgs, io.Discard, logs) })
 		eng, err := waitEngineAddrs(ctx, engAddrs, c, "http", "grpc", "kvevents", "kvevents_replay")
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("%s engine: %w", id, err)
 		}
 		agentAddrs := filepath.Join(dir, id+".addr")
-		c.run(id, func() int {
-			return agentd.Main(ctx, []string{
-				"--node-id=" + id, "--log-level=warn", "--engine=vllm", "--addr-file=" + agentAddrs,
-				"--engine-url=http://" + eng["http"], "--kv-events=" + eng["kvevents"], "--kv-events-replay=" + eng["kvevents_replay"],
-				"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
-				"--join=" + addrs["gossip"], "--insecure-gossip",
-				fmt.Sprintf("--block-size=%d", cfg.BlockSize),
-				"--drain-timeout=5s",
-			}, io.Discard, logs)
-		})
-		ag, err := waitEngineAddrs(ctx, agentAddrs, c, "grpc")
+		agentArgs := []string{
+			"--node-id=" + id, "--log-level=warn", "--engine=vllm", "--addr-file=" + agentAddrs,
+			"--engine-url=http://" + eng["http"], "--kv-events=" + eng["kvevents"], "--kv-events-replay=" + eng["kvevents_replay"],
+			"--grpc-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--gossip-listen=127.0.0.1:0",
+			"--join=" + addrs["gossip"], "--insecure-gossip",
+			fmt.Sprintf("--block-size=%d", cfg.BlockSize),
+			"--drain-timeout=5s",
+		}
+		if role != "both" {
+			agentArgs = append(agentArgs, "--role="+role, "--kv-connector=nixl")
+		}
+		c.run(id, func() int { return agentd.Main(ctx, agentArgs, io.Discard, logs) })
+		ag, err := waitEngineAddrs(ctx, agentAddrs, c, "grpc", "http")
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("%s: %w", id, err)
 		}
-		c.nodes = append(c.nodes, demoNode{id: id, agentGRPC: ag["grpc"], engineGRPC: eng["grpc"], engineHTTP: eng["http"]})
+		n.agentGRPC, n.agentHTTP, n.engineGRPC, n.engineHTTP = ag["grpc"], ag["http"], eng["grpc"], eng["http"]
+		c.nodes = append(c.nodes, n)
 	}
-	if err := c.waitNodes(ctx, cfg.Nodes); err != nil {
+	// Route offers the nodes that take whole requests and decode legs; a prefill-only node is
+	// waited for in the router's fleet metrics.
+	routable := 0
+	for _, n := range c.nodes {
+		if n.role != "prefill" {
+			routable++
+		}
+	}
+	if err := c.waitNodes(ctx, routable); err != nil {
 		c.stop()
 		return nil, err
+	}
+	if routable < len(c.nodes) {
+		if err := c.waitSynced(ctx, len(c.nodes)); err != nil {
+			c.stop()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -171,6 +206,31 @@ func (c *demoCluster) waitNodes(ctx context.Context, want int) error {
 	})
 	if err != nil {
 		return fmt.Errorf("router sees %d of %d nodes: %w", have, want, err)
+	}
+	return nil
+}
+
+// waitSynced polls the router's /metrics until it holds a full summary of want nodes
+// (prefixmesh_router_node_synced), the prefill-only ones included.
+func (c *demoCluster) waitSynced(ctx context.Context, want int) error {
+	have := 0
+	err := pollUntil(ctx, demoStartTimeout, c, func() bool {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		fams, err := scrapeMetrics(rctx, http.DefaultClient, "http://"+c.httpAddr+"/metrics")
+		if err != nil {
+			return false
+		}
+		have = 0
+		for _, m := range fams["prefixmesh_router_node_synced"].GetMetric() {
+			if value(m) == 1 {
+				have++
+			}
+		}
+		return have >= want
+	})
+	if err != nil {
+		return fmt.Errorf("router holds summaries of %d of %d nodes: %w", have, want, err)
 	}
 	return nil
 }
