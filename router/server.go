@@ -300,9 +300,25 @@ func (s *Server) planPrefill(sc *scratch, dr *routing.DecideRequest, resp *pb.Ro
 	pf := s.dec.PlanPrefill(dr, &sc.nodes[c.Node], c, sc.pnodes, s.disagg, now, routing.CommitNone)
 	resp.PrefillReason = pf.Plan.Reason
 	if pf.Node < 0 {
+		s.planPeerPull(sc, dr, resp)
 		return
 	}
 	m := sc.snap.Meta[sc.prefill[pf.Node]]
 	resp.PrefillNodeId, resp.PrefillGrpcAddress, resp.PrefillEngineUrl = m.NodeID, m.GRPCAddr, m.EngineURL
 	resp.PrefillEstimatedMatchedTokens = int64(pf.MatchedTokens)
+}
+
+// planPeerPull names in resp the peer the chosen node should pull the prompt's cached prefix
+// from (routing.Decider.PlanPeerPull), when that peer announces where its KV is pulled.
+func (s *Server) planPeerPull(sc *scratch, dr *routing.DecideRequest, resp *pb.RouteResponse) {
+	pp := s.dec.PlanPeerPull(dr, sc.nodes, &sc.choice)
+	if pp.Source < 0 {
+		return
+	}
+	m := sc.snap.Meta[sc.eligible[pp.Source]]
+	if m.KVPeerAddr == "" {
+		return
+	}
+	resp.KvSourceNodeId, resp.KvSourceAddress, resp.KvSourceTokens = m.NodeID, m.KVPeerAddr, int64(pp.Tokens)
+	resp.EstimatedMatchedTokens = int64(pp.MatchedTokens)
 }

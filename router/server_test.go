@@ -260,3 +260,49 @@ func TestRoutePrefillDecode(t *testing.T) {
 		}
 	}
 }
+
+// Route with a peer pull: the holder of the prompt is busy, so the answer is an idle node and
+// names the holder as the KV source, with its announced KV endpoint and the tokens the pull
+// brings (all whole blocks but the last token's: 8,176 of 8,192); without an endpoint, or with
+// --peer-pull=false, it names none.
+func TestRoutePeerPull(t *testing.T) {
+	idx := routing.NewIndex(routing.DefaultIndexConfig())
+	p := seq(8192, 1)
+	idx.ReplaceNode("a", 1, 1, nil)
+	idx.ReplaceNode("h", 1, 1, local.BlockHashes(p, 16, 0))
+	a, h := node("a", 16, true, 0), node("h", 16, true, 0)
+	h.Load.QueuedPrefillTokens = 200000
+	silent := h
+	h.Meta.KVPeerAddr = "10.0.0.8:5600"
+	for _, tc := range []struct {
+		name     string
+		mirror   fakeMirror
+		pull     bool
+		wantAddr string
+	}{
+		{"pull", fakeMirror{a, h}, true, "10.0.0.8:5600"},
+		{"holder names no endpoint", fakeMirror{a, silent}, true, ""},
+		{"off", fakeMirror{a, h}, false, ""},
+	} {
+		cfg := DefaultConfig()
+		cfg.Policy = routing.PolicyPrefixMesh
+		cfg.PolicyConfig.PeerPull = tc.pull
+		srv, err := NewServer(NewView(tc.mirror, idx), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := startServer(t, srv).Route(context.Background(), &pb.RouteRequest{Tokens: p, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.NodeId != "a" {
+			t.Fatalf("%s: node %q, want the idle a", tc.name, resp.NodeId)
+		}
+		if resp.KvSourceAddress != tc.wantAddr {
+			t.Fatalf("%s: KV source %q at %q, want %q", tc.name, resp.KvSourceNodeId, resp.KvSourceAddress, tc.wantAddr)
+		}
+		if tc.wantAddr != "" && (resp.KvSourceNodeId != "h" || resp.KvSourceTokens != 8176 || resp.EstimatedMatchedTokens != 8176) {
+			t.Fatalf("%s: source %q, %d tokens, estimate %d; want h, 8176, 8176", tc.name, resp.KvSourceNodeId, resp.KvSourceTokens, resp.EstimatedMatchedTokens)
+		}
+	}
+}

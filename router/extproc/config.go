@@ -19,6 +19,9 @@ const (
 	// HeaderPrefiller names a disaggregated request's prefill endpoint (ip:port) to llm-d's P/D
 	// sidecar on the decode node, which runs the prefill leg there (docs/disaggregation.md).
 	HeaderPrefiller = "x-prefiller-host-port"
+	// HeaderKVSource names the peer (ip:port of its KV endpoint) the chosen node pulls the
+	// prompt's cached prefix from, as llm-d's router tells its sidecar (a peer pull).
+	HeaderKVSource = "x-kv-cache-source-host-port"
 	// MetadataNamespace is the dynamic-metadata namespace of the destination and of the served
 	// endpoint the gateway reports back.
 	MetadataNamespace = "envoy.lb"

@@ -51,6 +51,11 @@ func eventually(t *testing.T, what string, check func() error) {
 type nodeList struct {
 	mu    sync.Mutex // guards nodes
 	nodes []requests.NodeTarget
+	peers map[string]string // node id → KV peer address (requests.NodeKVSource)
+}
+
+func (l *nodeList) NodeKV(id string) (requests.NodeKV, bool) {
+	return requests.NodeKV{PeerAddr: l.peers[id]}, true
 }
 
 func (l *nodeList) Nodes() []requests.NodeTarget {
@@ -102,6 +107,8 @@ type rigOpts struct {
 	health  requests.HealthReporter // the service's passive health (none when nil)
 	flow    flow.Admitter           // the service's flow control (none when nil)
 	roles   map[int]routing.Role    // the nodes' roles by index (both when absent)
+	peers   map[int]string          // the nodes' KV peer addresses by index
+	queued  map[int]int             // the nodes' queued prefill tokens by index
 	disagg  routing.DisaggMode      // the picker's disaggregation mode
 }
 
@@ -133,7 +140,13 @@ func newRig(t tb, o rigOpts) *rig {
 		}
 		r.nodes = append(r.nodes, n)
 		r.list.nodes = append(r.list.nodes, requests.NodeTarget{EngineURL: url,
-			Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: 16, Role: o.roles[i]}})
+			Info: routing.NodeInfo{ID: id, Alive: true, Model: simModel, BlockSize: 16, Role: o.roles[i], QueuedPrefillTokens: o.queued[i]}})
+		if a, ok := o.peers[i]; ok {
+			if r.list.peers == nil {
+				r.list.peers = map[string]string{}
+			}
+			r.list.peers[id] = a
+		}
 		r.index.ReplaceNode(id, uint64(i+1), 0, nil)
 	}
 	pol, err := routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig())

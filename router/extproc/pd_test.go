@@ -2,12 +2,14 @@ package extproc
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	procv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/router/extproc/fakegw"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -73,3 +75,44 @@ func TestPickerNamesPrefiller(t *testing.T) {
 type errInFlight int
 
 func (e errInFlight) Error() string { return "prefill node still has requests in flight" }
+
+// A peer pull through the endpoint picker: the holder of the prompt (node-1) is busy, so the
+// destination is the idle node-0 and x-kv-cache-source-host-port names the holder's KV endpoint,
+// as llm-d's router tells its sidecar (pkg/common/routing/common.go).
+func TestPickerNamesKVSource(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	idle := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get(HeaderKVSource))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"x","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"length"}]}`))
+	})
+	busy := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the busy holder was chosen")
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	r := newRig(t, rigOpts{nodes: 2, engines: map[int]http.Handler{0: idle, 1: busy},
+		peers: map[int]string{1: "10.9.8.7:5600"}, queued: map[int]int{1: 200000}})
+	ids := make([]uint32, 2048)
+	parts := make([]string, len(ids))
+	for i := range ids {
+		ids[i] = uint32(1000 + i)
+		parts[i] = strconv.Itoa(int(ids[i]))
+	}
+	r.index.ReplaceNode("node-1", 9, 1, local.BlockHashes(ids, 16, 0))
+	g, base := r.gateway(fakegw.Config{RequestMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED})
+	status, _, body := post(t, base, "/v1/completions", `{"model":"`+simModel+`","prompt":[`+strings.Join(parts, ",")+`],"max_tokens":4}`)
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	if d := decision(t, g, 1); strings.Split(d.Destination, ",")[0] != strings.TrimPrefix(r.list.nodes[0].EngineURL, "http://") {
+		t.Fatalf("destination %q, want the idle node-0 first", d.Destination)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "10.9.8.7:5600" {
+		t.Fatalf("%s: %q, want the holder's KV endpoint", HeaderKVSource, seen)
+	}
+}

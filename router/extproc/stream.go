@@ -298,6 +298,8 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 		if e := endpointOf(pk.Prefill.EngineURL); e != "" {
 			tp = append(tp, setHeader(HeaderPrefiller, e))
 		}
+	} else if pk.PeerSource != nil {
+		tp = append(tp, setHeader(HeaderKVSource, pk.PeerSource.Addr))
 	}
 	switch {
 	case !withBody:

@@ -25,6 +25,8 @@ type metrics struct {
 	inflight      prometheus.Gauge
 	// prefillLegs counts disaggregated requests' prefill legs by outcome (pd.go).
 	prefillLegs *prometheus.CounterVec
+	// peerPulls counts requests sent with a peer to pull their prefix from.
+	peerPulls prometheus.Counter
 }
 
 // reasonBodyBudget is rejected_total's reason for a body refused because the bytes held across
@@ -60,6 +62,8 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 		prefillLegs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "prefill_legs_total",
 			Help: "Prefill legs of disaggregated requests by outcome: ok; no_kv_transfer_params and failed (the decode node prefilled locally); refused (the prefill engine's error went to the client); aborted (the request ended first)."},
 			[]string{"outcome"}),
+		peerPulls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "peer_pulls_total",
+			Help: "Requests sent to their node with a peer to pull the prompt's cached prefix from (kv_transfer_params.remote_kv_source)."}),
 	}
 	// The label values known in advance exist at 0 from the start, so a rate over them reads 0,
 	// not "no data" (which a renamed series would also give).
@@ -80,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, bodies *bytebudget.Budget) (*metrics,
 		Help: "Request body bytes held now (buffers as charged to the body budget, --max-body-buffer-bytes)."},
 		func() float64 { return float64(bodies.Held()) })
 	for _, c := range append([]prometheus.Collector{m.requests, m.decisions, m.ttft, m.latency, m.retries, m.ejections,
-		m.rejected, m.inflight, m.firstByteTimeouts, m.brokenStreams, m.prefillLegs, buffered}, m.accuracy.Collectors()...) {
+		m.rejected, m.inflight, m.firstByteTimeouts, m.brokenStreams, m.prefillLegs, m.peerPulls, buffered}, m.accuracy.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -85,6 +85,24 @@ func (s *Server) beginPD(ctx context.Context, h http.Header, path string, raw []
 	return pd, ctx, pd.runNIXL(ctx, path, raw)
 }
 
+// peerPull sets up a request whose node pulls the prompt's prefix from a peer (Pick.PeerSource):
+// the client's body with kv_transfer_params.remote_kv_source naming the peer, as llm-d's sidecar
+// writes it, and the request id it names. ok is false when the body cannot carry it (the
+// request then goes as the client sent it, and the node recomputes).
+func peerPull(h http.Header, raw []byte, src *requests.PeerSource) (body requests.Body, header http.Header, ok bool) {
+	host, p, err := net.SplitHostPort(src.Addr)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil {
+		return nil, nil, false
+	}
+	header = withRequestID(h)
+	b, err := requests.PeerPullBody(raw, header.Get("X-Request-Id"), host, port)
+	if err != nil {
+		return nil, nil, false
+	}
+	return requests.BytesBody(b), header, true
+}
+
 // withRequestID returns h with an X-Request-Id, h's own or a new one, so both legs carry it.
 func withRequestID(h http.Header) http.Header {
 	out := h.Clone()

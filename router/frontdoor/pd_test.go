@@ -9,7 +9,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/prefixmesh/prefixmesh/cluster"
+	"github.com/prefixmesh/prefixmesh/local"
 	"github.com/prefixmesh/prefixmesh/router/requests"
 	"github.com/prefixmesh/prefixmesh/routing"
 )
@@ -95,14 +98,17 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// connectorList is a node list whose prefill node speaks conn.
+// connectorList is a node list whose nodes speak conn and name peer addresses.
 type connectorList struct {
 	*nodeList
 	conn cluster.KVConnector
 	port uint16
+	peer map[string]string // node id → KV peer address
 }
 
-func (l connectorList) Connector(string) (cluster.KVConnector, uint16) { return l.conn, l.port }
+func (l connectorList) NodeKV(id string) (requests.NodeKV, bool) {
+	return requests.NodeKV{Connector: l.conn, BootstrapPort: l.port, PeerAddr: l.peer[id]}, true
+}
 
 // pdFleet is a front door over one prefill and one decode engine, disaggregating always.
 type pdFleet struct {
@@ -371,5 +377,63 @@ func TestPDSGLangPrefillFailureFailsDecode(t *testing.T) {
 	}
 	if f.health.Ejected("d0") {
 		t.Fatal("the decode node was blamed for its prefill leg's failure")
+	}
+}
+
+// A peer pull through the front door: the holder of the prompt's prefix is busy (20 s of queued
+// prefill), so the request goes to an idle node, with kv_transfer_params.remote_kv_source naming
+// the holder's KV endpoint as llm-d's sidecar writes it (connector_p2p.go: kv_request_id,
+// remote_host, remote_port) and the request id it names; the rest of the body is the client's.
+func TestPeerPullNamesTheHolder(t *testing.T) {
+	const prompt = 2048
+	idle := &pdEngine{answer: decodeAnswer}
+	holder := &pdEngine{answer: func(w http.ResponseWriter, _ *http.Request, _ int, _ []byte) {
+		t.Error("the busy holder was sent the request")
+	}}
+	is, hs := httptestServer(t, idle), httptestServer(t, holder)
+	a, h := target("a", is.URL), target("h", hs.URL)
+	h.Info.QueuedPrefillTokens = 200000
+	f := startFrontDoor(t, []requests.NodeTarget{a, h}, fleetOpts{policy: routing.PolicyPrefixMesh})
+	ids := make([]uint32, prompt)
+	for i := range ids {
+		ids[i] = uint32(1000 + i)
+	}
+	f.index.ReplaceNode("a", 1, 1, nil)
+	f.index.ReplaceNode("h", 1, 1, local.BlockHashes(ids, 16, 0))
+	src := connectorList{nodeList: f.list, peer: map[string]string{"h": "10.9.8.7:5600"}}
+	pol := must(routing.NewPolicy(routing.PolicyPrefixMesh, routing.DefaultPolicyConfig()))
+	pk := must(requests.NewPolicyPicker(src, f.index, routing.NewOverlay(0, 0), pol, requests.PolicyPickerConfig{}))
+	svc := newServiceWith(t, requests.DefaultConfig(), requests.Deps{Picker: pk, Nodes: f.list})
+	reg := prometheus.NewRegistry()
+	fd := must(New(DefaultConfig(), Deps{Service: svc, Registry: reg, Logger: newTestLogger(f.logs)}))
+	srv := httptestServer(t, fd.Handler())
+	client := map[string]any{"model": simModel, "prompt": ids, "max_tokens": 4}
+	r, err := do(t.Context(), srv.Client(), srv.URL, "/v1/completions", client, http.Header{"X-Request-Id": {"req-42"}})
+	if err != nil || r.status != http.StatusOK {
+		t.Fatalf("status %v err %v", r, err)
+	}
+	if r.header.Get(HeaderNode) != "a" {
+		t.Fatalf("served by %q, want the idle node a", r.header.Get(HeaderNode))
+	}
+	// The estimate is what a will report cached: the pulled blocks, all but the last token's.
+	if r.estimate != prompt-16 {
+		t.Fatalf("estimate %d, want %d (the pulled run)", r.estimate, prompt-16)
+	}
+	got := idle.got()
+	if len(got) != 1 {
+		t.Fatalf("%d requests on a", len(got))
+	}
+	m := object(t, got[0].body)
+	if string(m["kv_transfer_params"]) != `{"remote_kv_source":{"kv_request_id":"req-42","remote_host":"10.9.8.7","remote_port":5600}}` {
+		t.Fatalf("kv_transfer_params %s", m["kv_transfer_params"])
+	}
+	want := object(t, must(json.Marshal(client)))
+	for k, v := range want {
+		if !bytes.Equal(m[k], v) {
+			t.Errorf("%s = %s, want the client's %s", k, m[k], v)
+		}
+	}
+	if n := counterValue(t, reg, "prefixmesh_frontdoor_peer_pulls_total"); n != 1 {
+		t.Fatalf("peer_pulls_total %v", n)
 	}
 }

@@ -300,6 +300,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, path string, body
 			if pd.body != nil {
 				send = pd.body
 			}
+		} else if src := pk.PeerSource; src != nil {
+			if b, h, ok := peerPull(r.Header, body.b, src); ok {
+				send, hdr = b, h
+				s.met.peerPulls.Inc()
+			}
 		}
 		at := s.startUpstream(actx, &pk, attempt+1)
 		var fb *time.Timer

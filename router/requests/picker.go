@@ -35,7 +35,8 @@ type PickRequest struct {
 	// costs a pass over the nodes, not an exclusion list scanned per node.
 	Allowed *routing.NodeSet
 	// Disaggregable says the door can carry a disaggregated request (a prefill leg on a prefill
-	// node, Pick.Prefill): the front door's single prompts and the endpoint picker's requests.
+	// node, Pick.Prefill) or a peer pull (Pick.PeerSource): the front door's single prompts and
+	// the endpoint picker's requests.
 	Disaggregable bool
 }
 
@@ -74,6 +75,8 @@ type Pick struct {
 	// PrefillReason is the disaggregation decision's reason when one was made ("" when the
 	// request could not be disaggregated or no prefill node was eligible).
 	PrefillReason string
+	// PeerSource, when not nil, is the peer NodeID pulls the prompt's prefix from (prefill.go).
+	PeerSource *PeerSource
 }
 
 // Outcome is how a routed request ended.

@@ -204,8 +204,13 @@ func (p *PolicyPicker) Pick(ctx context.Context, req *PickRequest, exclude []str
 		Reason:                 c.Reason,
 		ExpectedTTFT:           ttft,
 	}
-	if p.disagg != routing.DisaggNever && req.Disaggregable && len(req.Tokens) > 0 {
-		p.planPrefill(&pk, &dr, sc, el)
+	if req.Disaggregable && len(req.Tokens) > 0 {
+		if p.disagg != routing.DisaggNever {
+			p.planPrefill(&pk, &dr, sc, el)
+		}
+		if pk.Prefill == nil {
+			p.planPeerPull(&pk, &dr, sc)
+		}
 	}
 	if req.Alternates > 0 {
 		// A gateway's pick: the fallback list, and accounting that can follow a fallback.

@@ -33,22 +33,41 @@ type PrefillLeg struct {
 	ObserveTransfer func(time.Duration)
 }
 
-// ConnectorSource is a NodeSource that can say how a node's engine moves KV (MirrorNodes reads
-// it from the node's gossiped metadata). A source without it is taken as NIXL everywhere.
-type ConnectorSource interface {
-	Connector(nodeID string) (conn cluster.KVConnector, bootstrapPort uint16)
+// NodeKV is how a node's engine exchanges KV with others, as it gossips it.
+type NodeKV struct {
+	// Connector is the engine's KV connector (--kv-connector); BootstrapPort is SGLang's.
+	Connector     cluster.KVConnector
+	BootstrapPort uint16
+	// PeerAddr is where peers pull its KV (host:port), "" when it says nothing.
+	PeerAddr string
 }
 
-// Connector implements ConnectorSource: a linear pass over the mirror, made only for a request
-// that is disaggregated.
-func (m MirrorNodes) Connector(nodeID string) (cluster.KVConnector, uint16) {
+// NodeKVSource is a NodeSource that can say how a node's engine exchanges KV (MirrorNodes reads
+// it from the node's gossiped metadata). Without it every prefill node is taken as NIXL and no
+// node can be a peer pull's source.
+type NodeKVSource interface {
+	NodeKV(nodeID string) (NodeKV, bool)
+}
+
+// NodeKV implements NodeKVSource: a linear pass over the mirror, made only for a request that is
+// disaggregated or pulls.
+func (m MirrorNodes) NodeKV(nodeID string) (NodeKV, bool) {
 	st := m.M.Nodes()
 	for i := range st {
-		if st[i].Meta.NodeID == nodeID {
-			return st[i].Meta.KVConnector, st[i].Meta.BootstrapPort
+		if mt := &st[i].Meta; mt.NodeID == nodeID {
+			return NodeKV{Connector: mt.KVConnector, BootstrapPort: mt.BootstrapPort, PeerAddr: mt.KVPeerAddr}, true
 		}
 	}
-	return cluster.KVConnectorNone, 0
+	return NodeKV{}, false
+}
+
+// nodeKV is node's KV exchange as the source says, the zero NodeKV when it cannot.
+func (p *PolicyPicker) nodeKV(node string) NodeKV {
+	if ks, ok := p.src.(NodeKVSource); ok {
+		kv, _ := ks.NodeKV(node)
+		return kv
+	}
+	return NodeKV{}
 }
 
 // planPrefill lists the prefill pool under the decode pick's eligibility and, when it is not
@@ -72,13 +91,39 @@ func (p *PolicyPicker) planPrefill(pk *Pick, dr *routing.DecideRequest, sc *pick
 		EstimatedMatchedTokens: pf.MatchedTokens, TransferTokens: transfer,
 		Connector: cluster.KVConnectorNIXL,
 	}
-	if cs, ok := p.src.(ConnectorSource); ok {
-		if conn, port := cs.Connector(leg.NodeID); conn != cluster.KVConnectorNone {
-			leg.Connector, leg.BootstrapPort = conn, port
-		}
+	if kv := p.nodeKV(leg.NodeID); kv.Connector != cluster.KVConnectorNone {
+		leg.Connector, leg.BootstrapPort = kv.Connector, kv.BootstrapPort
 	}
 	leg.Done = func(o Outcome) { t.Done(p.now(), succeeded(o)) }
 	leg.FirstToken = func() { t.FirstToken(p.now()) }
 	leg.ObserveTransfer = func(d time.Duration) { p.dec.ObserveTransfer(transfer, d.Seconds()) }
 	pk.Prefill = leg
+}
+
+// PeerSource is the peer a request's node pulls the prompt's cached prefix from instead of
+// recomputing it (routing.Decider.PlanPeerPull): the front door names it in the request's
+// kv_transfer_params.remote_kv_source, the endpoint picker in x-kv-cache-source-host-port.
+type PeerSource struct {
+	NodeID string
+	// Addr is where the source's KV is pulled (host:port, its gossiped KVPeerAddr).
+	Addr string
+	// Tokens is how many prompt tokens the pull brings; MatchedTokens what the serving node
+	// will then report cached (its own run and the pull).
+	Tokens, MatchedTokens int
+}
+
+// planPeerPull lets the decider decide whether the chosen node pulls the prompt's prefix from a
+// peer that holds more of it, filling pk.PeerSource when it does and the peer says where.
+func (p *PolicyPicker) planPeerPull(pk *Pick, dr *routing.DecideRequest, sc *pickScratch) {
+	pp := p.dec.PlanPeerPull(dr, sc.nodes, &sc.choice)
+	if pp.Source < 0 {
+		return
+	}
+	src := sc.nodes[pp.Source].ID
+	addr := p.nodeKV(src).PeerAddr
+	if addr == "" {
+		return // the holder names no KV endpoint: the node recomputes (its ticket was told otherwise)
+	}
+	pk.PeerSource = &PeerSource{NodeID: src, Addr: addr, Tokens: pp.Tokens, MatchedTokens: pp.MatchedTokens}
+	pk.EstimatedMatchedTokens = pp.MatchedTokens
 }

@@ -89,6 +89,10 @@ type ServeConfig struct {
 	// Disaggregate is when a request's prefill runs on a prefill node (--role prefill agents):
 	// auto (default: when it reaches the first token sooner), always or never.
 	Disaggregate string
+	// PeerPull lets a request go to a node that pulls its prefix's KV from a busier peer that
+	// holds it, when that reaches the first token sooner (routing.PolicyConfig.PeerPull): on by
+	// default; a source must gossip where its KV is pulled (the agent's --kv-peer-addr).
+	PeerPull bool
 	// Tokenizer tokenises text prompts: cl100k_base (the simulated engine's), bytes, engine
 	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
@@ -205,6 +209,7 @@ func DefaultServeConfig() ServeConfig {
 		MinLoadBound:        routing.DefaultPolicyConfig().MinLoadBound,
 		TierLoadCost:        routing.FormatTierCosts(routing.DefaultPolicyConfig().TierLoadCost),
 		Disaggregate:        routing.DisaggAuto.String(),
+		PeerPull:            routing.DefaultPolicyConfig().PeerPull,
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         requests.DefaultConfig().MaxInFlight,
 		MaxBodyBufferBytes:  requests.DefaultConfig().MaxBodyBufferBytes,
@@ -331,6 +336,7 @@ func (c ServeConfig) policyConfig() routing.PolicyConfig {
 	pc.MissPenalty = c.MissPenalty
 	pc.MinLoadBound = c.MinLoadBound
 	_ = routing.ParseTierCosts(c.TierLoadCost, &pc.TierLoadCost) // Validate refuses a bad value
+	pc.PeerPull = c.PeerPull
 	return pc
 }
 
@@ -515,6 +521,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
 	fs.Float64Var(&cfg.MissPenalty, "miss-penalty", cfg.MissPenalty, "extra `weight` of uncached prefill tokens in prefixmesh's cost (as in sim)")
 	fs.StringVar(&cfg.Disaggregate, "disaggregate", cfg.Disaggregate, "`when` a request's prefill runs on a prefill node (--role prefill agents): auto (when it reaches the first token sooner), always or never")
+	fs.BoolVar(&cfg.PeerPull, "peer-pull", cfg.PeerPull, "let a request go to a node that pulls its prefix's KV from a busier peer holding it, when the first token comes sooner (sources: agents with --kv-peer-addr or a simulated engine's side channel)")
 	fs.StringVar(&cfg.TierLoadCost, "tier-load-cost", cfg.TierLoadCost, "each lower tier's `costs` to load a token, as a fraction of prefilling it: the prior before a node's own is learned (cpu=…,disk=…,storage=…,remote=…; 1 or more earns no credit)")
 	fs.IntVar(&cfg.MinLoadBound, "min-load-bound", cfg.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in `requests` (as in sim; 0: the pure guard)")
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", cfg.Tokenizer, "tokenizer `spec`: cl100k_base, bytes, hf:DIR (a model's tokenizer.json and chat template, exact in Go), render:URL (a vLLM render server), engine (front door only) or none")

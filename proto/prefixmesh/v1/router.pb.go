@@ -223,8 +223,16 @@ type RouteResponse struct {
 	// Why the prefill runs where it does: remote-faster, always, local-faster, decode-node-cached,
 	// no-prefill-node or never.
 	PrefillReason string `protobuf:"bytes,12,opt,name=prefill_reason,json=prefillReason,proto3" json:"prefill_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Peer pull (the router's --peer-pull): when node_id should pull the prompt's cached prefix
+	// from a busier peer that holds it rather than recompute it, that peer, where its KV is pulled
+	// (host:port, the peer's announced KV endpoint: vLLM's kv_transfer_params.remote_kv_source,
+	// llm-d's x-kv-cache-source-host-port) and how many tokens the pull brings. Empty when none;
+	// estimated_matched_tokens then counts the pulled tokens.
+	KvSourceNodeId  string `protobuf:"bytes,13,opt,name=kv_source_node_id,json=kvSourceNodeId,proto3" json:"kv_source_node_id,omitempty"`
+	KvSourceAddress string `protobuf:"bytes,14,opt,name=kv_source_address,json=kvSourceAddress,proto3" json:"kv_source_address,omitempty"`
+	KvSourceTokens  int64  `protobuf:"varint,15,opt,name=kv_source_tokens,json=kvSourceTokens,proto3" json:"kv_source_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -341,6 +349,27 @@ func (x *RouteResponse) GetPrefillReason() string {
 	return ""
 }
 
+func (x *RouteResponse) GetKvSourceNodeId() string {
+	if x != nil {
+		return x.KvSourceNodeId
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetKvSourceAddress() string {
+	if x != nil {
+		return x.KvSourceAddress
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetKvSourceTokens() int64 {
+	if x != nil {
+		return x.KvSourceTokens
+	}
+	return 0
+}
+
 var File_prefixmesh_v1_router_proto protoreflect.FileDescriptor
 
 const file_prefixmesh_v1_router_proto_rawDesc = "" +
@@ -359,7 +388,7 @@ const file_prefixmesh_v1_router_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x128\n" +
 	"\x18estimated_matched_tokens\x18\x02 \x01(\x03R\x16estimatedMatchedTokens\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x14\n" +
-	"\x05score\x18\x04 \x01(\x01R\x05score\"\x98\x04\n" +
+	"\x05score\x18\x04 \x01(\x01R\x05score\"\x99\x05\n" +
 	"\rRouteResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12\x1d\n" +
@@ -376,7 +405,10 @@ const file_prefixmesh_v1_router_proto_rawDesc = "" +
 	"\x12prefill_engine_url\x18\n" +
 	" \x01(\tR\x10prefillEngineUrl\x12G\n" +
 	" prefill_estimated_matched_tokens\x18\v \x01(\x03R\x1dprefillEstimatedMatchedTokens\x12%\n" +
-	"\x0eprefill_reason\x18\f \x01(\tR\rprefillReason2L\n" +
+	"\x0eprefill_reason\x18\f \x01(\tR\rprefillReason\x12)\n" +
+	"\x11kv_source_node_id\x18\r \x01(\tR\x0ekvSourceNodeId\x12*\n" +
+	"\x11kv_source_address\x18\x0e \x01(\tR\x0fkvSourceAddress\x12(\n" +
+	"\x10kv_source_tokens\x18\x0f \x01(\x03R\x0ekvSourceTokens2L\n" +
 	"\x06Router\x12B\n" +
 	"\x05Route\x12\x1b.prefixmesh.v1.RouteRequest\x1a\x1c.prefixmesh.v1.RouteResponseBCZAgithub.com/prefixmesh/prefixmesh/proto/prefixmesh/v1;prefixmeshv1b\x06proto3"
 
