@@ -40,6 +40,9 @@ type demoConfig struct {
 	// Gateway also replays each policy through the fake gateway (router/extproc/fakegw), which
 	// speaks ext_proc to the router's endpoint picker as Envoy does, on a fresh cluster of its own.
 	Gateway bool
+	// PD also replays the first policy on the same number of nodes split into prefill and decode
+	// pools (pdRoles) and prints it beside that policy's aggregated run (demo_pd.go).
+	PD bool
 	// Roles is each node's --role (node i takes Roles[i]; past its end, both); a prefill or
 	// decode node runs vLLM's NixlConnector (--kv-connector nixl, its engine's KV side channel on
 	// loopback). Disaggregate is the router's --disaggregate ("": its default).
@@ -114,6 +117,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	quick := fs.Bool("quick", false, fmt.Sprintf("a short run that exits when done: the same requests with time compressed %d× (arrivals, prefill and decode rates)", quickCompress))
 	fs.StringVar(&cfg.LogFile, "log-file", "", "daemon logs go here (default: a file in a temporary directory)")
 	fs.BoolVar(&cfg.Gateway, "gateway", false, "also replay each policy through a fake inference gateway in front of the router's endpoint picker (Envoy ext_proc)")
+	fs.BoolVar(&cfg.PD, "pd", false, "also replay the first policy on the same nodes split into prefill and decode pools (NIXL, --disaggregate "+pdDisaggregate+") and compare it with the aggregated run")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -127,6 +131,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Nodes < 1 || cfg.Requests < 1 || cfg.Speed <= 0 || cfg.KVBlocks < 1 || cfg.BlockSize < 1 || len(cfg.Policies) == 0 {
 		fmt.Fprintln(stderr, "demo: --nodes, --requests, --speed, --kv-blocks and --block-size must be positive")
+		return 2
+	}
+	if cfg.PD && cfg.Nodes < 2 {
+		fmt.Fprintln(stderr, "demo: --pd needs --nodes 2 or more (a prefill pool and a decode pool)")
 		return 2
 	}
 	if err := demo(ctx, cfg, stdout, stderr); err != nil {
@@ -170,6 +178,10 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "each policy is replayed twice, on fresh clusters: through the front door, and through a fake gateway that\n"+
 			"asks the router's endpoint picker (ext_proc, FULL_DUPLEX_STREAMED) and forwards to the engine it names (\"/gw\" columns)\n\n")
 	}
+	if cfg.PD {
+		fmt.Fprintf(stdout, "--pd: %s is replayed once more on the same %d nodes split into prefill and decode pools (vLLM NixlConnector\n"+
+			"as the simulated engines play it, KV side channels on loopback), the router's front door driving both legs\n\n", cfg.Policies[0], cfg.Nodes)
+	}
 	var sums []loadgen.Summary
 	var names []string
 	var keep *demoCluster
@@ -207,12 +219,28 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	var pd loadgen.Summary
+	var legs pdLegs
+	if cfg.PD {
+		if pd, legs, err = replayPD(ctx, cfg, cfg.Policies[0], dir, reqs, logs, stdout); err != nil {
+			if keep != nil {
+				keep.stop()
+			}
+			return err
+		}
+	}
 	fmt.Fprintf(stdout, "\nresults (%d requests each, %.0fs in all)\n", len(reqs), time.Since(started).Seconds())
 	loadgen.WriteTable(stdout, names, sums)
 	fmt.Fprint(stdout, estimateNote)
 	for i, s := range sums {
 		if s.Errors > 0 {
 			fmt.Fprintf(stdout, "%s: %d errors, first: %s\n", names[i], s.Errors, s.FirstErrorMessage)
+		}
+	}
+	if cfg.PD {
+		writePDTable(stdout, cfg.Policies[0], cfg.Nodes, sums[0], pd, legs)
+		if pd.Errors > 0 {
+			fmt.Fprintf(stdout, "%s/pd: %d errors, first: %s\n", cfg.Policies[0], pd.Errors, pd.FirstErrorMessage)
 		}
 	}
 	if keep == nil {
