@@ -427,7 +427,7 @@ func checkStatus(t *testing.T, c *cluster) {
 		t.Fatalf("status counts fewer decisions than the 22 routed:\n%s", text)
 	}
 	for _, want := range []string{"3 nodes mirrored, 3 synced", "Raft leader: this router",
-		"front door: estimate == cached_tokens", "endpoint picker: estimate == cached_tokens", "GPU BLOCKS"} {
+		"front door: estimate == cached_tokens", "endpoint picker: estimate == cached_tokens", "ALL BLOCKS"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("status lacks %q:\n%s", want, text)
 		}
