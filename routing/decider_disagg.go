@@ -100,12 +100,14 @@ func (d *Decider) PlanPrefill(req *DecideRequest, decode *NodeInfo, c *Choice, p
 	return out
 }
 
-// ObserveTransfer teaches the router's transfer fit one KV transfer: tokens moved in sec seconds
-// (the time from the prefill leg's answer to the decode leg's first byte).
-func (d *Decider) ObserveTransfer(tokens int, sec float64) {
+// ObserveTransfer teaches the router's transfer fit one KV transfer of the request plan was
+// made for: the time a door saw from the prefill leg's answer to the decode leg's first byte,
+// less the decode node's predicted wait then (plan.DecodeWait), for plan.Transfer tokens.
+func (d *Decider) ObserveTransfer(plan *PrefillPlan, observed float64) {
+	sec := max(observed-plan.DecodeWait, 0)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.transfer.Observe(tokens, sec)
+	d.transfer.Observe(plan.Transfer, sec)
 }
 
 // TransferFit is what this router has learned of moving KV between nodes.

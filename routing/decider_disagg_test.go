@@ -66,7 +66,7 @@ func TestDeciderPlanPrefill(t *testing.T) {
 	}
 	c2.Ticket.Done(now, true)
 	// The transfer learner is reachable.
-	d.ObserveTransfer(1000, 0.015)
+	d.ObserveTransfer(&PrefillPlan{Transfer: 1000, DecodeWait: 0.005}, 0.015)
 	if d.TransferFit().Samples == 0 {
 		t.Fatal("transfer not learned")
 	}

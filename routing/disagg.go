@@ -82,7 +82,9 @@ const (
 )
 
 // TransferLearner learns a TransferFit from observed transfers: the time between the prefill
-// leg's answer and the decode leg's first byte, for the tokens the decode node had to pull. The
+// leg's answer and the decode leg's first byte, less the decode node's predicted wait
+// (PrefillPlan.DecodeWait: its queue would otherwise be learned as transfer time, and a busy
+// decode pool would teach that moving KV is slow), for the tokens the decode node had to pull. The
 // fixed part is kept at the prior's; the per-token cost is the forgetting mean of (time −
 // overhead) / tokens, shrunk toward the prior.
 type TransferLearner struct {
@@ -120,7 +122,12 @@ type PrefillPlan struct {
 	LocalTTFT, RemoteTTFT float64
 	// Transfer is the tokens the decode node must pull (prompt − what it holds).
 	Transfer int
-	Reason   string
+	// DecodeWait is the decode node's predicted wait left when the prefill leg answers (its
+	// queue and the one token it computes, PredictTTFT(D, 1), less the prefill's time): part of
+	// RemoteTTFT, and what a door's observed transfer time holds beside the transfer
+	// (ObserveTransfer).
+	DecodeWait float64
+	Reason     string
 }
 
 // Reasons of a PrefillPlan.
@@ -172,6 +179,10 @@ func PlanPrefill(in *PrefillInput, mode DisaggMode, cfg *PolicyConfig) PrefillPl
 		return plan
 	}
 	best := -1
+	// The decode leg reaches D when the prefill leg answers, waits behind what D has queued
+	// then (FCFS, as vLLM's scheduler takes waiting requests), pulls the KV and computes the
+	// last token: max(prefill, D's wait) + transfer.
+	wait := PredictTTFT(in.Decode, 1, cfg)
 	for i := range in.Prefill {
 		p := &in.Prefill[i]
 		var m TierTokens
@@ -180,9 +191,10 @@ func PlanPrefill(in *PrefillInput, mode DisaggMode, cfg *PolicyConfig) PrefillPl
 		}
 		pc, pl := tierCost(p, &m, cfg)
 		need := max(in.PromptTokens-m[0]-pc, 0)
-		t := PredictTTFT(p, need, cfg) + pl*p.TTFT.PrefillScale()/nominalRate(p, cfg) + in.Transfer.Seconds(uncached)
-		if t < plan.RemoteTTFT {
+		pt := PredictTTFT(p, need, cfg) + pl*p.TTFT.PrefillScale()/nominalRate(p, cfg)
+		if t := max(pt, wait) + in.Transfer.Seconds(uncached); t < plan.RemoteTTFT {
 			best, plan.RemoteTTFT = i, t
+			plan.DecodeWait = max(wait-pt, 0)
 		}
 	}
 	if mode == DisaggAlways || plan.RemoteTTFT < plan.LocalTTFT {

@@ -8,7 +8,9 @@ import (
 )
 
 // The P/D decision, with every prediction worked by hand at the prior fit (TTFT = (queued +
-// uncached) / 10,000 tokens/s) and the prior transfer (5 ms + n × 128 KiB / 25 GB/s).
+// uncached) / 10,000 tokens/s) and the prior transfer (5 ms + n × 128 KiB / 25 GB/s). Remote:
+// the decode leg waits for the later of the prefill and D's queue (D's TTFT for one token), then
+// the transfer.
 func TestPlanPrefill(t *testing.T) {
 	cfg := DefaultPolicyConfig()
 	xfer := func(n int) float64 { return 0.005 + float64(n)*float64(128<<10)/25e9 }
@@ -27,12 +29,12 @@ func TestPlanPrefill(t *testing.T) {
 	}{
 		// 8k uncached on an idle D: local 0.8 s; remote 0.8 s + transfer 5 ms + 8192 × 5.24 µs.
 		{"idle decode node", DisaggAuto, NodeInfo{ID: "d"}, TierTokens{}, []NodeInfo{idle}, -1, PrefillLocalFaster, 0.8192, 0.8192 + xfer(8192)},
-		// D queues 4 s: local 4.8192 s; remote as above.
-		{"busy decode node", DisaggAuto, busyD, TierTokens{}, []NodeInfo{idle}, 0, PrefillRemoteFaster, 4.8192, 0.8192 + xfer(8192)},
+		// D queues 4 s: local 4.8192 s; remote waits out D's queue (4.0001 s) and moves 8192.
+		{"busy decode node", DisaggAuto, busyD, TierTokens{}, []NodeInfo{idle}, 0, PrefillRemoteFaster, 4.8192, 4.0001 + xfer(8192)},
 		// D holds all but one block: stay local whatever the queue.
 		{"cached on decode", DisaggAuto, busyD, TierTokens{local.TierGPU: 8192 - 16}, []NodeInfo{idle}, -1, PrefillLocalCached, 4 + 16.0/10000, math.Inf(1)},
 		// D holds 4096 on its CPU (credited at 1/15): uncached 4096 + load 4096/15.
-		{"CPU tier on decode", DisaggAuto, busyD, TierTokens{local.TierCPU: 4096}, []NodeInfo{idle}, 0, PrefillRemoteFaster, (40000 + 4096 + 4096.0/15) / 10000, 0.8192 + xfer(4096)},
+		{"CPU tier on decode", DisaggAuto, busyD, TierTokens{local.TierCPU: 4096}, []NodeInfo{idle}, 0, PrefillRemoteFaster, (40000 + 4096 + 4096.0/15) / 10000, 4.0001 + xfer(4096)},
 		{"never", DisaggNever, busyD, TierTokens{}, []NodeInfo{idle}, -1, PrefillLocalNever, 4.8192, math.Inf(1)},
 		{"no prefill node", DisaggAuto, busyD, TierTokens{}, nil, -1, PrefillLocalNoNode, 4.8192, math.Inf(1)},
 		{"always", DisaggAlways, NodeInfo{ID: "d"}, TierTokens{}, []NodeInfo{idle}, 0, PrefillRemoteAlways, 0.8192, 0.8192 + xfer(8192)},

@@ -96,7 +96,8 @@ func (p *PolicyPicker) planPrefill(pk *Pick, dr *routing.DecideRequest, sc *pick
 	}
 	leg.Done = func(o Outcome) { t.Done(p.now(), succeeded(o)) }
 	leg.FirstToken = func() { t.FirstToken(p.now()) }
-	leg.ObserveTransfer = func(d time.Duration) { p.dec.ObserveTransfer(transfer, d.Seconds()) }
+	plan := pf.Plan
+	leg.ObserveTransfer = func(d time.Duration) { p.dec.ObserveTransfer(&plan, d.Seconds()) }
 	pk.Prefill = leg
 }
 

@@ -19,8 +19,9 @@ import (
 //	              266.9 – 303.9  two decode steps of 18.5
 //
 // TTFT 266.9 ms, ITL 18.5 ms; the router observes a transfer of 2,000 tokens in 48.5 ms (answer
-// to first token), so its fit is (48.5 ms − 5 ms) / 2,000 per token shrunk toward the prior with
-// the weight of 16. Both nodes end with the prompt cached and nothing held.
+// to first token), less the idle decode node's predicted wait left when the prefill answers (0.1
+// ms for its one token, long over by then: none), so its fit is (48.5 ms − 5 ms) / 2,000 per
+// token shrunk toward the prior with the weight of 16. Both nodes end with the prompt cached and nothing held.
 func TestDisaggregatedByHand(t *testing.T) {
 	tr := readTrace(t, `{"timestamp": 0, "input_length": 2000, "output_length": 2, "hash_ids": [1, 2, 3, 4]}
 `)

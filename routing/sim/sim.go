@@ -233,11 +233,12 @@ type reqState struct {
 	ticket                 *routing.Ticket // the router's in-flight record, until the request ends
 
 	// Disaggregated (pnode >= 0): the prefill node, its leg's ticket until it answers, when it
-	// answered, and the tokens the router expects the decode node to pull (its plan's Transfer).
+	// answered, and the router's plan (the tokens it expects the decode node to pull and the
+	// decode node's predicted wait, which ObserveTransfer takes out of what it observes).
 	pnode    int
 	pticket  *routing.Ticket
 	answered time.Duration
-	transfer int
+	plan     routing.PrefillPlan
 }
 
 // message is something on the wire: a node's delta, snapshot or load report to the routers, or
@@ -499,7 +500,7 @@ func (s *Sim) route(r int) error {
 		return nil
 	}
 	s.remote++
-	st.pticket, st.estimate, st.transfer = d.plan.Ticket, d.plan.MatchedTokens, d.plan.Plan.Transfer
+	st.pticket, st.estimate, st.plan = d.plan.Ticket, d.plan.MatchedTokens, d.plan.Plan
 	s.inFlight[d.prefill]++
 	s.peak[d.prefill] = max(s.peak[d.prefill], s.inFlight[d.prefill])
 	p := s.nodes[d.prefill]
@@ -518,7 +519,7 @@ func (s *Sim) firstToken(n *node, r int) {
 	if st.pnode >= 0 {
 		// What the router sees: the prefill leg answered, the decode leg's first byte came
 		// later; the difference is the transfer as far as it can tell.
-		s.routers[st.router].dec.ObserveTransfer(st.transfer, (s.q.now - st.answered).Seconds())
+		s.routers[st.router].dec.ObserveTransfer(&st.plan, (s.q.now - st.answered).Seconds())
 	}
 }
 
