@@ -125,8 +125,9 @@ type ServeConfig struct {
 	// these origins; empty (default): no CORS headers.
 	CORSOrigins string
 	// IndexMaxBytes bounds the summary index's hash tables (routing.IndexConfig.MaxBytes): 256
-	// MiB, above the ~130 MiB that 64 nodes × 128k blocks take (15.6 bytes per (block, node)
-	// pair measured), so a default fleet never reaches it and a larger one degrades as defined:
+	// MiB, above the ~115 MiB that 64 nodes × 128k blocks take (14.1 bytes per (block, node)
+	// pair measured, BenchmarkIndexBytesPerPair; 16.4 with every block also on a CPU tier), so
+	// a default fleet never reaches it and a larger one degrades as defined:
 	// adds beyond it are refused and counted (the prefixmesh_index_refused_adds gauge), estimates
 	// under-report, and no estimate claims a block a node does not hold. 0: only the pair bound.
 	IndexMaxBytes int64
