@@ -57,6 +57,7 @@ type simFlags struct {
 	disaggregate                              string
 	kvRate                                    float64
 	kvOverhead                                time.Duration
+	peerPull                                  bool
 }
 
 // simConfigJSON is the "config" object of --json: every input that shapes the numbers.
@@ -100,6 +101,7 @@ type simConfigJSON struct {
 	ArrivalQuantumS        float64   `json:"arrival_quantum_s"`
 	BurstStagger           bool      `json:"burst_stagger"`
 	BurstSpread            bool      `json:"burst_spread"`
+	PeerPull               bool      `json:"peer_pull"`
 }
 
 // simReport is the --json document; the unexported fields feed the table.
@@ -119,7 +121,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	def, rdef := sim.DefaultConfig(), sim.DefaultReadOptions()
 	var f simFlags
-	fs.StringVar(&f.trace, "trace", defaultTrace, "trace file: Mooncake JSONL (.jsonl) or Azure CSV (.csv); relative paths are tried from the working directory, then from the module root")
+	fs.StringVar(&f.trace, "trace", defaultTrace, "trace file: Mooncake JSONL (.jsonl) or Azure CSV (.csv); relative paths are tried from the working directory, then from the module root. "+
+		"Or a generated agent fan-out, fork[:key=value,…] (forks, prefix, branches, suffix lo-hi, output lo-hi, root-output, lead, burst, gap, seed; routing/sim/fork.go)")
 	fs.StringVar(&f.format, "format", "auto", "trace format: auto (by extension), mooncake or azure")
 	fs.StringVar(&f.policies, "policies", "all", "comma-separated policies or \"all\" ("+strings.Join(routing.PolicyNames(), ", ")+
 		"; with --cpu-blocks also "+routing.PolicyPrefixMeshGPU+", prefixmesh ranking by the GPU prefix alone)")
@@ -138,7 +141,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.disaggregate, "disaggregate", string(def.Disaggregate), "with --prefill-nodes, when a prefill runs on a prefill node, comma-separated for a run each: auto (the router's predicted TTFT), always, never, llmd (llm-d's prefix-based decider, --llmd-non-cached-tokens), dynamo (Dynamo's isl_bounding)")
 	fs.IntVar(&f.llmdNonCached, "llmd-non-cached-tokens", def.LLMDNonCachedTokens, "llm-d's nonCachedTokens for --disaggregate llmd: disaggregate when at least this many prompt tokens are not on the decode node's GPU")
 	fs.Float64Var(&f.kvRate, "kv-transfer-tokens-per-s", def.KVTransferTokensPerSec, "with --prefill-nodes, the rate at which a prompt's KV moves from its prefill node to its decode node (the simulator's ground truth; routers learn it from what they observe)")
-	fs.DurationVar(&f.kvOverhead, "kv-transfer-overhead", def.KVTransferOverhead, "with --prefill-nodes, the fixed time of each KV transfer")
+	fs.DurationVar(&f.kvOverhead, "kv-transfer-overhead", def.KVTransferOverhead, "with --prefill-nodes or --peer-pull, the fixed time of each KV transfer")
+	fs.BoolVar(&f.peerPull, "peer-pull", def.Policy.PeerPull, "the router may have the chosen node pull the prompt's prefix from a node holding more of it (routing.PolicyConfig.PeerPull), at --kv-transfer-tokens-per-s")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once (output does not depend on it)")
 	fs.IntVar(&f.systemPrompts, "azure-system-prompts", rdef.SystemPrompts, "Azure: shared system prompts laid over the trace (0: no synthetic prefix structure)")
 	fs.Float64Var(&f.sessions, "azure-session-share", rdef.SessionShare, "Azure: share of requests continuing a recent conversation")
@@ -208,6 +212,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.AdmissionSlot = f.slot
 	cfg.TokenBudget, cfg.PrefillNodes, cfg.LLMDNonCachedTokens = f.tokenBudget, f.prefillNodes, f.llmdNonCached
 	cfg.KVTransferTokensPerSec, cfg.KVTransferOverhead = f.kvRate, f.kvOverhead
+	cfg.Policy.PeerPull = f.peerPull
 	modes, err := parseDisagg(f.disaggregate, f.prefillNodes)
 	if err != nil {
 		return nil, err
@@ -242,12 +247,14 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	if err != nil {
 		return nil, err
 	}
-	path, err := findTrace(f.trace)
-	if err != nil {
-		return nil, err
-	}
 	ropt := sim.ReadOptions{Speed: f.speed, Limit: f.limit, Seed: f.seed, SystemPrompts: f.systemPrompts, SessionShare: f.sessions}
-	tr, err := readTrace(path, f.format, ropt)
+	var tr *sim.Trace
+	path := f.trace
+	if f.trace == "fork" || strings.HasPrefix(f.trace, "fork:") {
+		tr, err = sim.ForkTrace(f.trace, ropt) // generated: agent fan-out
+	} else if path, err = findTrace(f.trace); err == nil {
+		tr, err = readTrace(path, f.format, ropt)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +309,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		MissPenalty: cfg.Policy.MissPenalty, NodeSpeeds: cfg.NodeSpeeds, NoTTFTLearning: cfg.NoTTFTLearning, Policies: policies, Routers: routerCounts, Sharing: sharings,
 		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
 		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds(),
-		BurstStagger: !f.noStagger, BurstSpread: f.spread, TokenBudget: cfg.TokenBudget}
+		BurstStagger: !f.noStagger, BurstSpread: f.spread, TokenBudget: cfg.TokenBudget, PeerPull: cfg.Policy.PeerPull}
 	if cfg.PrefillNodes > 0 {
 		rep.Config.PrefillNodes, rep.Config.LLMDNonCachedTokens = cfg.PrefillNodes, cfg.LLMDNonCachedTokens
 		rep.Config.KVTransferTokensPerSec, rep.Config.KVTransferOverheadS = cfg.KVTransferTokensPerSec, cfg.KVTransferOverhead.Seconds()
@@ -547,7 +554,12 @@ func writeTable(w io.Writer, rep *simReport) {
 	if c.PrefillNodes > 0 {
 		pdCol, pdBlank = "P/D\tremote %\t", "\t\t"
 	}
-	fmt.Fprintln(tw, "policy\t"+pdCol+"routers\tsharing\thit %\t"+cpuCol+"vs pooled\tTTFT mean s\tp50 s\tp99 s\tITL mean ms\tITL p99 ms\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\tstaggered %\tstagger ms\t")
+	// With peer pulls, a column after the hit ratio: the share of requests that pulled.
+	pullCol, pullBlank := "", ""
+	if slices.ContainsFunc(rep.Policies, func(r sim.Result) bool { return r.PeerPullPlannedShare > 0 }) {
+		pullCol, pullBlank = "pulled %\t", "\t"
+	}
+	fmt.Fprintln(tw, "policy\t"+pdCol+"routers\tsharing\thit %\t"+cpuCol+pullCol+"vs pooled\tTTFT mean s\tp50 s\tp99 s\tITL mean ms\tITL p99 ms\tE2E mean s\timb prefill\timb in-flight\test exact %\test MAE tok\tshare B/s/router\tstaggered %\tstagger ms\t")
 	pooled := rep.Reference.PooledLRUHitRatio
 	for _, r := range rep.Policies {
 		vs := "-"
@@ -565,6 +577,9 @@ func writeTable(w io.Writer, rep *simReport) {
 		if cpuCol != "" {
 			cpu = fmt.Sprintf("%.2f\t", 100*r.CPUHitRatio)
 		}
+		if pullCol != "" {
+			cpu += fmt.Sprintf("%.1f\t", 100*r.PeerPullShare)
+		}
 		pdc := ""
 		if pdCol != "" {
 			pdc = fmt.Sprintf("%s\t%.1f\t", r.Disaggregate, 100*r.RemotePrefillShare)
@@ -573,8 +588,8 @@ func writeTable(w io.Writer, rep *simReport) {
 			r.TTFTMean, r.TTFTP50, r.TTFTP99, 1000*r.ITLMean, 1000*r.ITLP99, r.E2EMean, r.ImbalancePrefill, r.ImbalanceInFlight, 100*r.EstimateExactShare, r.EstimateMAETokens,
 			r.ShareBytesPerRouterPerSec, 100*r.StaggeredShare, r.StaggerMeanMs)
 	}
-	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t%s\t\t%.2f\t%s100.0%%\t\t\t\t\t\t\t\t\t\t\t\t\n", pdBlank, 100*pooled, cpuBlank)
-	fmt.Fprintf(tw, "infinite cache (bound)\t%s\t\t%.2f\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\n", pdBlank, 100*rep.Reference.InfiniteHitRatio, cpuBlank)
+	fmt.Fprintf(tw, "pooled LRU (reference, not a bound)\t%s\t\t%.2f\t%s100.0%%\t\t\t\t\t\t\t\t\t\t\t\t\n", pdBlank, 100*pooled, cpuBlank+pullBlank)
+	fmt.Fprintf(tw, "infinite cache (bound)\t%s\t\t%.2f\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\n", pdBlank, 100*rep.Reference.InfiniteHitRatio, cpuBlank+pullBlank)
 	tw.Flush()
 	for _, r := range rep.Policies {
 		if r.Rejected > 0 {

@@ -33,6 +33,20 @@ type Result struct {
 	PrefillNodes       int     `json:"prefill_nodes,omitempty"`
 	Disaggregate       string  `json:"disaggregate,omitempty"`
 	RemotePrefillShare float64 `json:"remote_prefill_share,omitempty"`
+	// Peer pull (peerpull.go; absent when the routers never asked, e.g. PolicyConfig.PeerPull
+	// off): the routers' PlanPeerPull answers by reason; the share of requests a pull was
+	// planned for and that moved KV; pulled tokens over prompt tokens; tokens moved over
+	// tokens planned (below 1: sources that had evicted, or not yet computed, the run); the mean
+	// pull; the mean predicted saving of a planned pull (LocalTTFT − PullTTFT); and the share of
+	// planned pulls whose source's own predicted TTFT was sooner still.
+	PeerPullReasons      map[string]int `json:"peer_pull_reasons,omitempty"`
+	PeerPullPlannedShare float64        `json:"peer_pull_planned_share,omitempty"`
+	PeerPullShare        float64        `json:"peer_pull_share,omitempty"`
+	PeerPullTokenShare   float64        `json:"peer_pull_token_share,omitempty"`
+	PeerPullDelivered    float64        `json:"peer_pull_delivered,omitempty"`
+	PeerPullMeanMs       float64        `json:"peer_pull_mean_ms,omitempty"`
+	PeerPullSavingMs     float64        `json:"peer_pull_saving_ms,omitempty"`
+	PeerPullHolderFaster float64        `json:"peer_pull_holder_faster,omitempty"`
 
 	// Many routers (routing/POLICIES.md, "Many routers"): how many, whether they shared, and what the wire cost.
 	Routers                      int     `json:"routers"`
@@ -98,6 +112,7 @@ type collector struct {
 	// sequence in it one gap of d, so there are far fewer lengths than gaps.
 	itlN   map[time.Duration]int64
 	itlSum float64 // seconds, over all gaps
+	pull   pullStats
 	itlAll int64
 }
 
@@ -166,6 +181,7 @@ func (c *collector) result(name string, prefill, peak []float64) Result {
 		r.StaggeredShare = float64(c.staggered) / float64(n)
 		r.StaggerMeanMs = float64(c.staggerWait) / float64(time.Millisecond) / float64(n)
 	}
+	c.pull.fill(&r, len(c.ttft)+c.rejected, c.promptTokens)
 	if c.estimates > 0 {
 		r.EstimateExactShare = float64(c.exact) / float64(c.estimates)
 		r.EstimateMAETokens = float64(c.absErr) / float64(c.estimates)

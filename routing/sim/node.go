@@ -61,6 +61,10 @@ type node struct {
 	running    []*sequence
 	byReq      map[int]*sequence // running and leased sequences
 	leased     int               // prefill legs done, blocks held until the decode node pulls
+	// Peer pulls (peerpull.go): the plan the router hands over with the request it routes here
+	// (taken by the enqueue that follows), then each request's plan until its first token.
+	nextPull pullPlan
+	pulls    map[int]pullPlan
 
 	stepping bool          // a step is under way
 	batch    []scheduled   // the step's sequences
@@ -164,6 +168,7 @@ func newNode(i int, cfg *Config) (*node, error) {
 		step:  kvpool.FromCosts(costs, cfg.TokenBudget),
 		max:   cfg.MaxConcurrent,
 		byReq: make(map[int]*sequence),
+		pulls: make(map[int]pullPlan),
 		held:  make([]int32, cfg.BlocksPerNode),
 	}, nil
 }
@@ -197,6 +202,11 @@ func (n *node) enqueue(s *Sim, r int, l leg) {
 		}
 		q.uncached = len(req.Tokens) - cached
 	}
+	if p := n.nextPull; l == legWhole && p.source >= 0 && p.tokens > 0 {
+		n.pulls[r] = p // the engine knows its pull on arrival: it does not queue that prefill
+		q.uncached = max(q.uncached-p.tokens, 1)
+	}
+	n.nextPull = pullPlan{source: -1}
 	n.waitingTok += q.uncached
 	n.waiting = append(n.waiting, q)
 	n.kick(s)
@@ -272,6 +282,7 @@ func (n *node) admit(s *Sim) (q *sequence, busy bool) {
 	n.waitingTok -= w.uncached
 	n.waiting = n.waiting[1:]
 	if err != nil { // ErrTooLarge: no amount of waiting makes it fit
+		delete(n.pulls, r)
 		s.reject(n, r, w.leg)
 		return nil, false
 	}
@@ -298,15 +309,24 @@ func (n *node) admit(s *Sim) (q *sequence, busy bool) {
 		// the insert after prefill puts on the GPU; the CPU copy stays.
 		loaded = n.cpu.Load(req.Tokens, 0, matched)
 	}
-	s.admitted(r, matched, loaded)
+	// A peer pull fetches what its source holds past that hit (peerpull.go).
+	pulled, pullTime := n.pullPeer(s, r, matched+loaded)
+	s.admittedPull(r, matched, loaded, pulled)
 	// vLLM computes at least the prompt's last token: its logits give the first token.
-	q.prefill = max(len(req.Tokens)-matched-loaded, 1)
+	q.prefill = max(len(req.Tokens)-matched-loaded-pulled, 1)
 	q.context = len(req.Tokens) - q.prefill
+	ready := s.q.now
 	if loaded > 0 {
-		q.waitKV = true
 		start := max(s.q.now, n.loadFree)
 		n.loadFree = start + n.costs.LoadTime(loaded)
-		s.q.schedule(event{at: n.loadFree, kind: evKVReady, node: n.idx, req: r})
+		ready = n.loadFree
+	}
+	if pulled > 0 {
+		ready += pullTime // after the local load, as the engine asks the peer for what is past it
+	}
+	if loaded > 0 || pulled > 0 {
+		q.waitKV = true
+		s.q.schedule(event{at: ready, kind: evKVReady, node: n.idx, req: r})
 	}
 	return q, false
 }
@@ -370,6 +390,7 @@ func (n *node) firstToken(s *Sim, q *sequence) {
 		return
 	}
 	q.first = true
+	n.observePull(s, q.req)
 	s.firstToken(n, q.req)
 }
 

@@ -94,6 +94,11 @@ func (rt *router) route(s *Sim, req *Request) (decision, error) {
 			d.prefill = rt.pidx[d.plan.Node]
 		}
 	}
+	if d.prefill < 0 {
+		// Then, as the daemon's doors do without a remote prefill, the peer pull; the plan
+		// travels with the request to its node (the enqueue that follows takes it).
+		s.nodes[d.node].nextPull = rt.peerPull(s, &dr)
+	}
 	return d, nil
 }
 
