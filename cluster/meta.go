@@ -29,8 +29,8 @@ func (r Role) String() string {
 
 // ServingRole is the part of inference a node's engine serves. Under prefill/decode
 // disaggregation a prefill engine computes prompts' KV and hands it to a decode engine through a
-// KV connector, so a router must know which nodes can take which phase. Today the role is carried
-// and shown only; routing does not read it yet.
+// KV connector, so a router must know which nodes can take which phase: it sends prefill legs
+// only to prefill nodes, whole requests and decode legs to the others.
 type ServingRole uint8
 
 const (

@@ -85,7 +85,7 @@ type Config struct {
 	// Role is the phase of inference this node's engine serves: "both" (the default: whole
 	// requests, as every node served before roles existed), or "prefill" or "decode" when
 	// prefill and decode run on separate engines (disaggregation). It is gossiped to the
-	// routers, which show it; routing does not read it yet.
+	// routers, which show it and send prefill legs only to prefill nodes (docs/disaggregation.md).
 	Role string
 	// KVConnector is how the engine moves KV to or from other engines under disaggregation:
 	// "nixl" or "sglang"; "" (the default) or "none" when none is configured. Carried and shown
@@ -491,7 +491,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Engine, "engine", cfg.Engine, "engine `mode`: sim (built-in simulated engine), external (an engine at --engine-url calls NodeCache), vllm or sglang (mirror that engine's cache from its KV events)")
 	fs.StringVar(&cfg.EngineURL, "engine-url", cfg.EngineURL, "the engine's base `URL` (with --engine=external|vllm|sglang)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "model `name` served by this node (vllm/sglang: default the engine's, from /v1/models)")
-	fs.StringVar(&cfg.Role, "role", cfg.Role, "the phase of inference this node's engine serves: prefill, decode or both (gossiped and shown; routing does not use it yet)")
+	fs.StringVar(&cfg.Role, "role", cfg.Role, "the phase of inference this node's engine serves: prefill, decode or both (gossiped; routers send prefill legs only to prefill nodes and whole requests to the others)")
 	fs.StringVar(&cfg.KVConnector, "kv-connector", cfg.KVConnector, "the engine's KV `connector` to other engines under prefill/decode disaggregation: nixl or sglang (empty: none)")
 	fs.StringVar(&cfg.KVPeerAddr, "kv-peer-addr", cfg.KVPeerAddr, "`host:port` where other engines pull this engine's KV (a peer pull's source; vLLM's NIXL side channel, llm-d's P2P port); empty: none, or the simulated engine's side channel")
 	fs.IntVar(&cfg.SGLangBootstrapPort, "sglang-bootstrap-port", cfg.SGLangBootstrapPort, "SGLang's bootstrap `port` beside a prefill engine (with --kv-connector=sglang)")

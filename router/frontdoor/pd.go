@@ -18,7 +18,7 @@ import (
 	"github.com/prefixmesh/prefixmesh/router/requests"
 )
 
-// A disaggregated request's legs (docs/disaggregation.md, "The front door's legs"), driven the
+// A disaggregated request's legs (docs/disaggregation.md, "The doors"), driven the
 // way the upstream proxies drive them so that unmodified engines serve them:
 //
 //   - NIXL (vLLM's NixlConnector): the prefill leg first, its body the client's with
@@ -67,6 +67,9 @@ type pdLegs struct {
 	// by the prefill leg's goroutine before done closes.
 	cached   int
 	answered time.Time // when a NIXL prefill leg answered; zero under SGLang or a local prefill
+	// local: the prefill leg failed or gave no kv_transfer_params, and the decode node
+	// prefills the prompt itself: the answer is an ordinary one from it.
+	local bool
 
 	// SGLang's concurrent prefill leg.
 	done         chan struct{}
@@ -120,6 +123,7 @@ func (pd *pdLegs) runNIXL(ctx context.Context, path string, raw []byte) *failure
 	s, leg := pd.s, pd.leg
 	body, err := requests.NIXLPrefillBody(raw)
 	if err != nil { // the client's body is an object the parser accepted: not reached
+		pd.local = true
 		pd.finishLeg(prefillFailed, requests.Outcome{Err: err, CachedTokens: -1})
 		return nil
 	}
@@ -130,6 +134,7 @@ func (pd *pdLegs) runNIXL(ctx context.Context, path string, raw []byte) *failure
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
+				pd.local = true
 				pd.finishLeg(prefillAborted, requests.Outcome{Err: err, CachedTokens: -1, Latency: time.Since(start)})
 				return nil
 			}
@@ -160,14 +165,14 @@ func (pd *pdLegs) runNIXL(ctx context.Context, path string, raw []byte) *failure
 		}
 		if !ok || err != nil {
 			// The decode engine prefills the prompt itself, and its own count is the truth.
-			pd.answered, pd.cached = time.Time{}, -1
+			pd.answered, pd.cached, pd.local = time.Time{}, -1, true
 			pd.finishLeg(prefillNoParams, o)
 			return nil
 		}
 		pd.finishLeg(prefillOK, o)
 		return nil
 	}
-	pd.cached = -1
+	pd.cached, pd.local = -1, true
 	pd.finishLeg(prefillFailed, requests.Outcome{Err: lastErr, CachedTokens: -1, Latency: time.Since(start)})
 	return nil
 }

@@ -271,7 +271,11 @@ func TestPDPrefillWithoutParamsDecodesLocally(t *testing.T) {
 	if got := decode.got()[0].body; !bytes.Equal(got, client) {
 		t.Fatalf("decode leg body %s, want the client's unchanged %s", got, client)
 	}
-	// The decode engine prefilled itself: its own count stands.
+	// The decode engine prefilled itself: its own count stands, and the answer names no
+	// prefill node.
+	if p := r.header.Get(HeaderPrefillNode); p != "" {
+		t.Fatalf("%s: %q after a prefill leg without params", HeaderPrefillNode, p)
+	}
 	if r.usage.PromptTokensDetails.CachedTokens != pdPromptTokens-1 {
 		t.Fatalf("cached_tokens %d, want the decode engine's own %d", r.usage.PromptTokensDetails.CachedTokens, pdPromptTokens-1)
 	}
@@ -315,6 +319,9 @@ func TestPDPrefillErrors(t *testing.T) {
 		}
 		if got := decode.got(); len(got) != 1 || !bytes.Equal(got[0].body, client) {
 			t.Fatalf("decode legs %d: want one with the client's body", len(got))
+		}
+		if p := r.header.Get(HeaderPrefillNode); p != "" {
+			t.Fatalf("%s: %q after a failed prefill leg", HeaderPrefillNode, p)
 		}
 	})
 }

@@ -437,6 +437,9 @@ func (s *Server) respond(w http.ResponseWriter, resp *http.Response, first, buf 
 	isSSE := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	var src io.Reader = resp.Body
 	estimate := pk.EstimatedMatchedTokens
+	if pd != nil && pd.local {
+		pd = nil // the decode node prefilled: an ordinary answer (pd's leg is over)
+	}
 	if pd != nil {
 		// The client is told what the prefill leg's cache saved, and that node's estimate.
 		src, first = pd.rewriteAnswer(resp, first, isSSE)
