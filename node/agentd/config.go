@@ -166,6 +166,9 @@ type SimConfig struct {
 	PrefillTokensPerSec float64
 	// DecodeTokensPerSec: 50 per sequence, a typical interactive stream.
 	DecodeTokensPerSec float64
+	// TokenBudget: 8192 tokens a simulated engine step, vLLM's max_num_batched_tokens on an
+	// H100-class GPU (simengine.Config.TokenBudget); the trace simulator's --token-budget default.
+	TokenBudget int
 	// MaxConcurrent: 64 sequences at once, a common batch cap.
 	MaxConcurrent int
 	// MaxQueue: 256 waiting requests (four batches) before answering 429.
@@ -239,6 +242,7 @@ func DefaultConfig() Config {
 		Sim: SimConfig{
 			PrefillTokensPerSec: 10000,
 			DecodeTokensPerSec:  50,
+			TokenBudget:         simengine.DefaultConfig().TokenBudget,
 			MaxConcurrent:       64,
 			MaxQueue:            256,
 			Tokenizer:           simengine.DefaultConfig().Tokenizer,
@@ -332,6 +336,8 @@ func (c Config) Validate() error {
 			return bad("--sim-prefill-tokens-per-s %v: must be positive", c.Sim.PrefillTokensPerSec)
 		case !(c.Sim.DecodeTokensPerSec > 0):
 			return bad("--sim-decode-tokens-per-s %v: must be positive", c.Sim.DecodeTokensPerSec)
+		case c.Sim.TokenBudget <= 0:
+			return bad("--sim-token-budget %d: must be positive", c.Sim.TokenBudget)
 		case c.Sim.MaxConcurrent <= 0:
 			return bad("--sim-max-concurrent %d: must be positive", c.Sim.MaxConcurrent)
 		case c.Sim.MaxQueue < 0:
@@ -514,6 +520,7 @@ func newFlagSet(cfg *Config, output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.ValidateOnly, "validate-only", cfg.ValidateOnly, "parse and validate flags, print \"ok\" and exit")
 	fs.Float64Var(&cfg.Sim.PrefillTokensPerSec, "sim-prefill-tokens-per-s", cfg.Sim.PrefillTokensPerSec, "simulated prefill throughput in `tokens/s`")
 	fs.Float64Var(&cfg.Sim.DecodeTokensPerSec, "sim-decode-tokens-per-s", cfg.Sim.DecodeTokensPerSec, "simulated decode rate per sequence in `tokens/s`")
+	fs.IntVar(&cfg.Sim.TokenBudget, "sim-token-budget", cfg.Sim.TokenBudget, "simulated engine: most `tokens` one step schedules, prompt chunks and decode tokens together (vLLM's max_num_batched_tokens)")
 	fs.IntVar(&cfg.Sim.MaxConcurrent, "sim-max-concurrent", cfg.Sim.MaxConcurrent, "simulated engine: sequences running at once")
 	fs.IntVar(&cfg.Sim.MaxQueue, "sim-max-queue", cfg.Sim.MaxQueue, "simulated engine: requests waiting before 429")
 	fs.StringVar(&cfg.Sim.Tokenizer, "sim-tokenizer", cfg.Sim.Tokenizer, "simulated engine's tokenizer `spec`: cl100k_base, bytes or hf:DIR (a model's tokenizer.json directory)")

@@ -37,7 +37,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, flag := range []string{"-grpc-listen", "-http-listen", "-node-id", "-block-size", "-kv-blocks", "-engine", "-engine-url",
 		"-model", "-tls-cert", "-tls-key", "-tls-client-ca", "-log-level", "-drain-timeout", "-validate-only", "-addr-file",
-		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr",
+		"-sim-prefill-tokens-per-s", "-sim-decode-tokens-per-s", "-sim-token-budget", "-sim-max-concurrent", "-sim-max-queue", "-sim-tokenizer", "-config", "-pins-addr",
 		"-kv-events", "-kv-events-listen", "-kv-events-replay", "-kv-events-topic", "-dp-size", "-sim-kv-events",
 		"-role", "-kv-connector", "-sglang-bootstrap-port", "-kv-peer-addr", "-sim-kv-side-channel", "-sim-kv-side-channel-host", "-sim-kv-lease",
 		"-sim-kv-transfer-tokens-per-s", "-sim-kv-load-failure-policy", "-sim-kv-recompute-threshold"} {
@@ -50,7 +50,7 @@ func TestHelp(t *testing.T) {
 func TestFlagsMapToConfig(t *testing.T) {
 	cfg, err := parseConfig([]string{"--grpc-listen=0.0.0.0:9", "--insecure-grpc", "--tls-no-client-auth", "--http-listen=:8", "--insecure-http", "--node-id=n7", "--block-size=32",
 		"--kv-blocks=100", "--model=m", "--log-level=debug", "--drain-timeout=3s", "--sim-prefill-tokens-per-s=5",
-		"--sim-decode-tokens-per-s=6", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes",
+		"--sim-decode-tokens-per-s=6", "--sim-token-budget=2048", "--sim-max-concurrent=7", "--sim-max-queue=0", "--sim-tokenizer=bytes",
 		"--sim-cpu-blocks=96", "--sim-cpu-load-tokens-per-s=2e5", "--sim-cpu-chunk-blocks=16",
 		"--role=prefill", "--kv-connector=sglang", "--sglang-bootstrap-port=9001", "--kv-peer-addr=10.1.2.3:5601",
 		"--sim-kv-side-channel=0.0.0.0:5600", "--sim-kv-side-channel-host=10.1.2.3", "--sim-kv-lease=45s",
@@ -63,6 +63,7 @@ func TestFlagsMapToConfig(t *testing.T) {
 	want.InsecureGRPC, want.TLSNoClientAuth, want.InsecureHTTP = true, true, true
 	want.Model, want.LogLevel, want.DrainTimeout = "m", "debug", 3*time.Second
 	want.Sim.PrefillTokensPerSec, want.Sim.DecodeTokensPerSec, want.Sim.MaxConcurrent, want.Sim.MaxQueue = 5, 6, 7, 0
+	want.Sim.TokenBudget = 2048
 	want.Sim.Tokenizer = "bytes"
 	want.Sim.CPUBlocks, want.Sim.CPULoadTokensPerSec, want.Sim.CPUChunkBlocks = 96, 2e5, 16
 	want.Role, want.KVConnector, want.SGLangBootstrapPort, want.KVPeerAddr = "prefill", "sglang", 9001, "10.1.2.3:5601"
@@ -225,6 +226,7 @@ func TestInvalidFlags(t *testing.T) {
 		{[]string{"--sim-decode-tokens-per-s=-1"}, "--sim-decode-tokens-per-s"},
 		{[]string{"--sim-max-concurrent=0"}, "--sim-max-concurrent"},
 		{[]string{"--sim-max-queue=-1"}, "--sim-max-queue"},
+		{[]string{"--sim-token-budget=0"}, "--sim-token-budget 0: must be positive"},
 		{[]string{"--sim-cpu-blocks=-1"}, "--sim-cpu-blocks -1: must be in [0,"},
 		{[]string{"--sim-cpu-blocks=" + strconv.Itoa(simengine.MaxCPUBlocks+1)}, "--sim-cpu-blocks"},
 		{[]string{"--sim-cpu-chunk-blocks=0"}, "--sim-cpu-chunk-blocks 0: must be positive"},

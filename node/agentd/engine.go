@@ -42,6 +42,7 @@ func startEngine(ctx context.Context, cfg *Config, tree *local.RadixTree, mirror
 		sc.Model = cfg.Model
 		sc.PrefillTokensPerSec = cfg.Sim.PrefillTokensPerSec
 		sc.DecodeTokensPerSec = cfg.Sim.DecodeTokensPerSec
+		sc.TokenBudget = cfg.Sim.TokenBudget
 		sc.MaxConcurrent = cfg.Sim.MaxConcurrent
 		sc.MaxQueue = cfg.Sim.MaxQueue
 		sc.Tokenizer = cfg.Sim.Tokenizer

@@ -189,6 +189,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Model = "" },
 		func(c *Config) { c.PrefillTokensPerSec = 0 },
 		func(c *Config) { c.DecodeTokensPerSec = -1 },
+		func(c *Config) { c.TokenBudget = 0 },
 		func(c *Config) { c.MaxConcurrent = 0 },
 		func(c *Config) { c.MaxQueue = -1 },
 		func(c *Config) { c.Tokenizer = "nope" },

@@ -23,11 +23,18 @@ type Config struct {
 	// Model is the name served on /v1/models and accepted in requests ("Model:adapter" selects
 	// an adapter).
 	Model string
-	// PrefillTokensPerSec is the prompt throughput of the node's one prefill lane: 10k tok/s,
-	// the order of an 8B model on one GPU, so an uncached 4k prompt costs ~0.4 s.
+	// PrefillTokensPerSec is the prompt throughput of a step: 10k tok/s, the order of an 8B
+	// model on one GPU, so an uncached 4k prompt prefilled alone costs ~0.4 s. With
+	// DecodeTokensPerSec it sets the step model (kvpool.FromCosts, step.go).
 	PrefillTokensPerSec float64
-	// DecodeTokensPerSec is one sequence's output rate: 50 tok/s, a typical interactive stream.
+	// DecodeTokensPerSec is one sequence's output rate in a decode-only step of
+	// kvpool.RefDecodeSeqs sequences: 50 tok/s, a typical interactive stream.
 	DecodeTokensPerSec float64
+	// TokenBudget is the most tokens one step schedules, prompt chunks and decode tokens
+	// together: 8192, vLLM's max_num_batched_tokens on an H100-class GPU
+	// (kvpool.DefaultTokenBudget), the trace simulator's default too. A longer prompt is
+	// prefilled in chunks of at most this many tokens, one a step.
+	TokenBudget int
 	// MaxConcurrent is how many sequences run (prefill or decode) at once: 64, a common batch
 	// size cap (vLLM max_num_seqs is 128–256 on larger GPUs).
 	MaxConcurrent int
@@ -108,6 +115,7 @@ func DefaultConfig() Config {
 		Model:               "prefixmesh-sim",
 		PrefillTokensPerSec: 10000,
 		DecodeTokensPerSec:  50,
+		TokenBudget:         kvpool.DefaultTokenBudget,
 		MaxConcurrent:       64,
 		MaxQueue:            256,
 		Tokenizer:           tokenizer.CL100kBase,
@@ -147,6 +155,8 @@ func (c Config) Validate() error {
 		return bad("PrefillTokensPerSec %v must be positive", c.PrefillTokensPerSec)
 	case !(c.DecodeTokensPerSec > 0):
 		return bad("DecodeTokensPerSec %v must be positive", c.DecodeTokensPerSec)
+	case c.TokenBudget <= 0:
+		return bad("TokenBudget %d must be positive", c.TokenBudget)
 	case c.MaxConcurrent <= 0:
 		return bad("MaxConcurrent %d must be positive", c.MaxConcurrent)
 	case c.MaxQueue < 0:
@@ -161,6 +171,9 @@ func (c Config) Validate() error {
 		return bad("CPUBlocks %d must be a multiple of CPUChunkBlocks %d (the tier holds whole chunks)", c.CPUBlocks, c.CPUChunkBlocks)
 	case !(c.CPULoadTokensPerSec > 0):
 		return bad("CPULoadTokensPerSec %v must be positive", c.CPULoadTokensPerSec)
+	}
+	if err := c.step().Validate(); err != nil {
+		return bad("%v", err)
 	}
 	if err := c.validateKVTransfer(); err != nil {
 		return bad("%v", err)
@@ -181,6 +194,10 @@ func (c Config) costs() kvpool.Costs {
 	return kvpool.Costs{PrefillTokensPerSec: c.PrefillTokensPerSec, DecodeTokensPerSec: c.DecodeTokensPerSec,
 		LoadTokensPerSec: c.CPULoadTokensPerSec}
 }
+
+// step is the engine's step model, derived from the rates exactly as the trace simulator derives
+// its nodes' (routing/sim, node.go), so the two charge the same time for the same steps.
+func (c Config) step() kvpool.Step { return kvpool.FromCosts(c.costs(), c.TokenBudget) }
 
 // The kv_load_failure_policy values (vllm/config/kv_transfer.py).
 const (

@@ -1,15 +1,18 @@
 // Package simengine is the node agent's built-in simulated inference engine (`node
 // --engine=sim`, docs/engine-integration.md): an OpenAI-compatible HTTP server that computes nothing but keeps a
 // real KV block pool (local/kvpool) driven by the node's local.RadixTree and charges simulated
-// time. A request is tokenised, admitted into the pool (lookup, reuse of the cached prefix,
-// eviction under pressure, allocation of prompt and output blocks), waits FIFO in a bounded queue
-// when all MaxConcurrent slots or the needed blocks are taken, has its uncached tokens prefilled
-// on the node's single prefill lane (FIFO, at PrefillTokensPerSec, so queued prefill delays later
-// requests as on a real GPU; a request is admitted, and so looks the cache up, only when the lane
-// is free, so it reuses whatever the requests ahead of it just prefilled, exactly as the trace
-// simulator's node does), is inserted into the cache, then decodes max_tokens tokens at
-// DecodeTokensPerSec per sequence (sequences decode in parallel; the first token comes out of
-// prefill) and releases its blocks. The output text is deterministic: words drawn by a PRNG
+// time. It runs as a continuous-batching engine, in steps timed by the mixed-batch model
+// kvpool.Step (derived from PrefillTokensPerSec and DecodeTokensPerSec by kvpool.FromCosts, with
+// TokenBudget tokens a step), the same model and the same scheduling as the trace simulator's
+// nodes (routing/sim), so both charge the same time for the same work (step.go). A request is
+// tokenised and waits FIFO in a bounded queue; at the start of a step it is admitted into the
+// pool (lookup, reuse of the cached prefix, eviction under pressure, allocation of prompt and
+// output blocks) when a slot of MaxConcurrent, budget and blocks allow, so it reuses whatever the
+// steps before it prefilled. Its uncached tokens are prefilled in chunks, one a step, in steps
+// that also carry one token of every decoding sequence: a long prompt slows the streams decoding
+// beside it, as on a real GPU. The step that completes its prompt gives its first token and
+// inserts the prompt into the cache; it then decodes one token a step up to max_tokens and
+// releases its blocks. The output text is deterministic: words drawn by a PRNG
 // seeded with the prompt's hash. A LoRA adapter is chosen by model "<Model>:<id>" or the field
 // adapter_id (decimal, 0 = base), the adapter id the cache's block hashes are seeded with.
 // Responses report the reused tokens as usage.prompt_tokens_details.cached_tokens and in the
@@ -19,8 +22,9 @@
 // OffloadingConnector: the chunks the GPU pool evicts spill into it (kvpool.SpillCache and
 // kvpool.CPUTier, the tier the trace simulator's nodes have too), and at admission the run of
 // blocks it holds right after the GPU prefix is loaded back into the GPU (the sequence's fresh
-// blocks, inserted with the rest of the prompt after prefill) at CPULoadTokensPerSec, on the
-// prefill lane, before the uncached remainder is prefilled. The
+// blocks, inserted with the rest of the prompt after prefill) at CPULoadTokensPerSec over the
+// node's one host-to-GPU lane, the sequence waiting outside the steps meanwhile, before the
+// uncached remainder is prefilled. The
 // reported cached_tokens counts the GPU prefix plus the loaded tokens, as vLLM's scheduler sets
 // request.num_cached_tokens to the local plus the connector's external computed tokens
 // (vllm/v1/core/sched/scheduler.py, schedule()).
@@ -42,6 +46,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -73,7 +78,8 @@ type Load struct {
 // and Close to stop.
 type Engine struct {
 	cfg      Config
-	costs    kvpool.Costs
+	costs    kvpool.Costs // the CPU tier's load rate
+	step     kvpool.Step  // the steps' time: kvpool.FromCosts of the rates
 	tok      tokenizer.Tokenizer
 	cache    *local.RadixTree
 	log      *slog.Logger
@@ -81,23 +87,28 @@ type Engine struct {
 	outVocab []uint32 // single-token words the output is drawn from
 	created  int64    // unix seconds, for /v1/models
 	ids      atomic.Uint64
-	idPrefix uint64          // random per engine: response ids are unique across nodes
-	events   *eventPublisher // nil unless Config.KVEvents.Endpoint is set
-	engineID string          // Config.EngineID, or a random one
-	kvClient *http.Client    // side-channel calls to other engines
-	now      func() time.Time
+	idPrefix uint64           // random per engine: response ids are unique across nodes
+	events   *eventPublisher  // nil unless Config.KVEvents.Endpoint is set
+	engineID string           // Config.EngineID, or a random one
+	kvClient *http.Client     // side-channel calls to other engines
+	now      func() time.Time // the leases' clock
+	clk      clock            // the steps' clock (step.go): simulated compute, loads, transfers, TTFT
 	// leaseKick wakes the lease loop when a lease is added (buffered: a pending kick suffices).
 	leaseKick chan struct{}
-	bg        sync.WaitGroup // the lease loop and the side channel's server
+	// stepKick wakes the step loop when it idles (buffered: a pending kick suffices).
+	stepKick chan struct{}
+	bg       sync.WaitGroup // the step loop, the lease loop and the side channel's server
 
 	mu             sync.Mutex // guards everything below
 	pool           *kvpool.Pool
 	cpu            *kvpool.CPUTier    // the CPU tier; nil unless Config.CPUBlocks is set
 	spill          *kvpool.SpillCache // the pool's cache when cpu is set
-	running        int
-	queue          []*waiter // FIFO of requests waiting for a slot and blocks
-	prefilling     *ticket   // the request on the prefill lane; nil when the lane is idle
-	pendingPrefill int       // Load.QueuedPrefillTokens
+	running        int                // tickets admitted and not released (their slots)
+	queue          []*waiter          // FIFO of requests waiting for admission: a step, a slot, blocks
+	seqs           []*ticket          // the running sequences the steps carry, in admission order
+	batch          []scheduled        // the step under way (step.go)
+	loadFree       time.Time          // when the host-to-GPU lane (CPU-tier loads) is free
+	pendingPrefill int                // Load.QueuedPrefillTokens
 	started        bool
 	closed         bool
 	ctx            context.Context // the engine's lifetime, set by Start
@@ -110,13 +121,14 @@ type Engine struct {
 	sidePort       int    // advertised as remote_port
 }
 
-// admission is what a request asks of the pool: blocks for its prompt and out output tokens
-// and, when it pulls KV after admission (pull.go), that its cost be charged only once the pull
-// is known (deferCharge).
+// admission is what a request asks of the pool and the steps: blocks for its prompt and out
+// output tokens, want tokens produced and, when it pulls KV after admission (pull.go), that its
+// cost be charged only once the pull is known (deferCharge).
 type admission struct {
 	tokens      []uint32
 	adapter     uint64
 	out         int
+	want        int
 	deferCharge bool
 }
 
@@ -129,20 +141,33 @@ type waiter struct {
 	err   error
 }
 
-// ticket is an admitted request: its sequence and its slot on the prefill lane.
+// ticket is an admitted request: its sequence, its slot and its progress through the steps.
 type ticket struct {
-	seq          *kvpool.Seq
-	tokens       []uint32
-	adapter      uint64
-	cached       int // reported cached_tokens: local.EngineCachedTokens of the reused prefix
-	loaded       int // of cached, the tokens loaded from the CPU tier
-	uncached     int // prompt tokens prefilled: the rest, the recomputed last block included
-	pulled       int // of cached, the tokens pulled from another engine (pull.go)
-	prefillStart time.Time
-	prefillEnd   time.Time
-	prefilled    bool // guarded by Engine.mu
-	leased       bool // guarded by Engine.mu: the sequence now belongs to a lease, not to release
+	seq      *kvpool.Seq
+	tokens   []uint32
+	adapter  uint64
+	want     int // output tokens to produce (max_tokens)
+	cached   int // reported cached_tokens: local.EngineCachedTokens of the reused prefix
+	loaded   int // of cached, the tokens loaded from the CPU tier
+	uncached int // prompt tokens prefilled: the rest, the recomputed last block included
+	pulled   int // of cached, the tokens pulled from another engine (pull.go)
+	// notify wakes the request's handler when the steps have produced a token (buffered: one
+	// pending wake-up suffices, the handler reads produced).
+	notify chan struct{}
+
+	// Guarded by Engine.mu:
+	prefill   int       // prompt tokens still to compute, counted in pendingPrefill
+	context   int       // tokens in its KV
+	produced  int       // output tokens out of the steps, the first included
+	prefilled bool      // its prompt is computed and inserted into the cache
+	waitKV    bool      // its KV is loading or being pulled: the steps skip it
+	kvReadyAt time.Time // when the load and transfer charged for it end (chargeLocked)
+	gone      bool      // released or leased: out of the steps
+	leased    bool      // the sequence now belongs to a lease, not to release
 }
+
+// doneLocked reports whether the steps have produced all its tokens. e.mu is held.
+func (tk *ticket) doneLocked() bool { return tk.prefilled && tk.produced >= tk.want }
 
 // New builds an engine over cache, which must be the node's tree and must not be evicted from or
 // inserted into by anyone else (the pool applies the block references those calls return). The
@@ -187,10 +212,13 @@ func New(cfg Config, cache *local.RadixTree, logger *slog.Logger, reg *prometheu
 		engineID:  id,
 		kvClient:  &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}},
 		now:       time.Now,
+		clk:       wallClock{},
 		leaseKick: make(chan struct{}, 1),
+		stepKick:  make(chan struct{}, 1),
 		leases:    make(map[string]*lease),
 		cfg:       cfg,
 		costs:     cfg.costs(),
+		step:      cfg.step(),
 		tok:       tok,
 		cache:     cache,
 		log:       logger,
@@ -241,7 +269,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.started = true
 	e.ctx, e.cancel = context.WithCancel(ctx)
-	e.bg.Add(1)
+	e.bg.Add(2)
+	go e.stepLoop(e.ctx)
 	go e.leaseLoop(e.ctx)
 	sideAddr := ""
 	if e.sideLis != nil {
@@ -313,7 +342,7 @@ func (e *Engine) Close() {
 		}
 		cancel()
 	}
-	e.bg.Wait() // the lease loop (its context is cancelled) and the side channel's server
+	e.bg.Wait() // the step and lease loops (their context is cancelled) and the side channel's server
 	e.mu.Lock()
 	e.releaseAllLeasesLocked()
 	e.mu.Unlock()
@@ -353,8 +382,9 @@ func (e *Engine) begin() (context.Context, error) {
 	return e.ctx, nil
 }
 
-// acquire admits the request into the pool, waiting in the queue if a slot or blocks are not
-// available now. The returned ticket must be given back with release.
+// acquire queues the request for admission into the pool, which the step loop does at the start
+// of a step when a slot, budget and blocks allow (step.go), and waits for it. The returned
+// ticket must be given back with release.
 //
 // While it waits, keepAlive (when not nil) runs every keepAliveEvery: a decode leg renews its
 // prefill engine's lease with it.
@@ -366,17 +396,9 @@ func (e *Engine) acquire(ctx context.Context, a admission, keepAlive func(), kee
 		return nil, fmt.Errorf("%w: %d prompt + %d output tokens need %d blocks of %d, the pool has %d",
 			kvpool.ErrTooLarge, len(tokens), out, e.pool.BlocksFor(len(tokens), out), e.cfg.BlockSize, e.cfg.KVBlocks)
 	}
-	if len(e.queue) == 0 && e.running < e.cfg.MaxConcurrent && e.prefilling == nil {
-		tk, err := e.admitLocked(a)
-		if err == nil || !errors.Is(err, kvpool.ErrPoolBusy) || !e.blocksWillFreeLocked() {
-			e.mu.Unlock()
-			if errors.Is(err, kvpool.ErrPoolBusy) {
-				err = errExhausted
-			}
-			return tk, err
-		}
-	}
-	if len(e.queue) >= e.cfg.MaxQueue {
+	// The requests a free slot will take at the next step wait for that step only, not for a
+	// slot or blocks: MaxQueue counts the others.
+	if len(e.queue) >= e.cfg.MaxQueue+max(e.cfg.MaxConcurrent-e.running, 0) {
 		e.mu.Unlock()
 		return nil, errQueueFull
 	}
@@ -388,6 +410,7 @@ func (e *Engine) acquire(ctx context.Context, a admission, keepAlive func(), kee
 	w.est = len(tokens) - gpu - cpu
 	e.pendingPrefill += w.est
 	e.queue = append(e.queue, w)
+	e.kickLocked()
 	e.mu.Unlock()
 
 	var tick <-chan time.Time
@@ -415,22 +438,19 @@ wait:
 			e.release(w.tk)
 		}
 	default:
-		for i, q := range e.queue {
-			if q == w {
-				e.queue = append(e.queue[:i], e.queue[i+1:]...)
-				break
-			}
+		if i := slices.Index(e.queue, w); i >= 0 {
+			e.queue = slices.Delete(e.queue, i, i+1)
 		}
 		e.pendingPrefill -= w.est
-		e.dispatchLocked() // the head may have left: the next one may fit
+		e.kickLocked() // the head may have left: the next one may fit
 		e.mu.Unlock()
 	}
 	return nil, ctx.Err()
 }
 
-// admitLocked admits into the pool and takes the prefill lane, which must be idle: the lookup
-// happens now, after every earlier request's prefill has been inserted into the cache. Unless
-// the request pulls KV first (deferCharge; pull.go settles it), its prefill is charged now.
+// admitLocked admits into the pool; the step loop calls it at the start of a step, so the lookup
+// sees every prompt the steps before have completed. Unless the request pulls KV first
+// (deferCharge; pull.go settles it), its cost is charged now. e.mu is held.
 func (e *Engine) admitLocked(a admission) (*ticket, error) {
 	tokens, adapter, out := a.tokens, a.adapter, a.out
 	seq, err := e.pool.Admit(tokens, adapter, out)
@@ -449,28 +469,73 @@ func (e *Engine) admitLocked(a admission) (*ticket, error) {
 		withCPU := local.EngineCachedTokens(seq.MatchedTokens()+cont, len(tokens), bs)
 		loaded, cached = withCPU-cached, withCPU
 	}
-	tk := &ticket{seq: seq, tokens: tokens, adapter: adapter, cached: cached, loaded: loaded, uncached: len(tokens) - cached}
-	e.prefilling = tk
-	e.pendingPrefill += tk.uncached
-	if !a.deferCharge {
+	tk := &ticket{seq: seq, tokens: tokens, adapter: adapter, want: a.want, cached: cached, loaded: loaded,
+		uncached: len(tokens) - cached, notify: make(chan struct{}, 1)}
+	e.setPrefillLocked(tk)
+	e.seqs = append(e.seqs, tk)
+	if a.deferCharge {
+		tk.waitKV = true // until pull.go has settled what it moved
+	} else {
 		e.chargeLocked(tk, 0)
 	}
 	return tk, nil
 }
 
-// chargeLocked starts the request's simulated prefill now: the CPU-tier load, then transfer
-// (tokens pulled from another engine), then the uncached rest. e.mu is held.
+// setPrefillLocked sets the prompt tokens tk still has to compute from tk.uncached (at least
+// one: vLLM always computes the prompt's last token, whose logits give the first output token),
+// keeping pendingPrefill their sum. e.mu is held.
+func (e *Engine) setPrefillLocked(tk *ticket) {
+	e.pendingPrefill -= tk.prefill
+	tk.prefill = max(tk.uncached, 1)
+	tk.context = len(tk.tokens) - tk.prefill
+	e.pendingPrefill += tk.prefill
+}
+
+// chargeLocked settles what the request costs before its prefill: the CPU-tier load, on the
+// node's one host-to-GPU lane, then transfer (tokens pulled from another engine). Until both
+// are done the sequence waits outside the steps (waitKV; the handler's awaitKV ends the wait);
+// its uncached rest is then computed in the steps. e.mu is held.
 func (e *Engine) chargeLocked(tk *ticket, transfer time.Duration) {
-	load, prefill := e.costs.LoadTime(tk.loaded), e.costs.PrefillTime(tk.uncached)
-	tk.prefillStart = time.Now()
-	tk.prefillEnd = tk.prefillStart.Add(load + transfer + prefill)
+	load := e.costs.LoadTime(tk.loaded)
+	now := e.clk.Now()
+	ready := now
+	if load > 0 {
+		e.loadFree = maxTime(now, e.loadFree).Add(load)
+		ready = e.loadFree
+	}
+	ready = ready.Add(transfer)
+	tk.waitKV, tk.kvReadyAt = ready.After(now), ready
 	e.met.promptTokens.Add(float64(len(tk.tokens)))
 	e.met.cachedTokens.Add(float64(tk.cached))
 	e.met.cpuLoadedTokens.Add(float64(tk.loaded))
 	e.met.prefillTokens.Add(float64(tk.uncached))
 	e.met.loadSeconds.Add(load.Seconds())
 	e.met.transferSeconds.Add(transfer.Seconds())
-	e.met.prefillSeconds.Add(prefill.Seconds())
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// awaitKV waits out tk's load and transfer (chargeLocked), then lets the steps take it.
+func (e *Engine) awaitKV(ctx context.Context, tk *ticket) error {
+	e.mu.Lock()
+	wait, at := tk.waitKV, tk.kvReadyAt
+	e.mu.Unlock()
+	if !wait {
+		return nil
+	}
+	if err := e.clk.SleepUntil(ctx, at); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	tk.waitKV = false
+	e.kickLocked()
+	e.mu.Unlock()
+	return nil
 }
 
 // blocksWillFreeLocked reports whether blocks held now will be freed without anyone asking:
@@ -509,67 +574,39 @@ func (e *Engine) TierStats() TierStats {
 	return TierStats{CPUBlocks: st.Blocks, Stored: st.Stored, Evicted: st.Evicted, Unspillable: e.spill.Unspillable()}
 }
 
-// dispatchLocked admits queued requests in order while the prefill lane is idle and slots and
-// blocks allow (an admitted request takes the lane, so at most one is admitted per call unless
-// the head fails). The head waits for blocks while anything runs (running sequences will free
-// theirs); with nothing running it can never fit, so it fails rather than blocking the queue.
-func (e *Engine) dispatchLocked() {
-	for len(e.queue) > 0 && e.running < e.cfg.MaxConcurrent && e.prefilling == nil {
-		w := e.queue[0]
-		tk, err := e.admitLocked(w.admission)
-		if errors.Is(err, kvpool.ErrPoolBusy) {
-			if e.blocksWillFreeLocked() {
-				return
-			}
-			err = errExhausted
+// awaitToken waits until the steps have produced tk's output token i (0-based) or ctx ends.
+func (e *Engine) awaitToken(ctx context.Context, tk *ticket, i int) error {
+	for {
+		e.mu.Lock()
+		ok := tk.produced > i
+		e.mu.Unlock()
+		if ok {
+			return nil
 		}
-		e.queue[0] = nil
-		e.queue = e.queue[1:]
-		e.pendingPrefill -= w.est
-		w.tk, w.err = tk, err
-		close(w.ready)
+		select {
+		case <-tk.notify:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-}
-
-// prefilled marks the end of the prefill: the prompt's blocks go into the cache.
-func (e *Engine) prefilled(tk *ticket) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if tk.prefilled {
-		return
-	}
-	tk.prefilled = true
-	e.pendingPrefill -= tk.uncached
-	if err := tk.seq.Insert(); err != nil {
-		e.log.Error("kv pool insert", "err", err) // unreachable: a ticket is inserted once
-	}
-	e.publishLocked(tk.tokens, tk.adapter)
-	if e.prefilling == tk {
-		e.prefilling = nil
-	}
-	e.dispatchLocked() // the lane is free: the next request looks the cache up now
 }
 
 // release finishes the sequence, returns its blocks and lets the queue move (a no-op for a
-// ticket whose sequence went to a lease).
+// ticket whose sequence went to a lease). A sequence cut short leaves the steps here.
 func (e *Engine) release(tk *ticket) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if tk.leased {
 		return
 	}
-	if !tk.prefilled {
-		tk.prefilled = true
-		e.pendingPrefill -= tk.uncached
-	}
-	if e.prefilling == tk { // cancelled during its prefill: the lane is free again
-		e.prefilling = nil
-	}
+	e.removeSeqLocked(tk)
+	e.pendingPrefill -= tk.prefill // what a sequence cut short never computed
+	tk.prefill = 0
 	if err := tk.seq.Finish(); err != nil {
 		e.log.Error("kv pool finish", "err", err) // unreachable: a ticket is released once
 	}
 	e.running--
-	e.dispatchLocked()
+	e.kickLocked()
 }
 
 // outputTokens is the deterministic completion of a prompt: n tokens drawn from outVocab by a
@@ -605,20 +642,4 @@ func outputVocab(tok tokenizer.Tokenizer) []uint32 {
 		}
 	}
 	return v
-}
-
-// sleepUntil waits until t or until ctx ends.
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

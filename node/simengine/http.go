@@ -208,7 +208,7 @@ type response struct {
 
 func (e *Engine) serveGenerate(chat bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrival := time.Now()
+		arrival := e.clk.Now()
 		if err := openai.CheckJSON(r.Header); err != nil {
 			writeError(w, err)
 			return
@@ -248,7 +248,7 @@ func (e *Engine) serveGenerate(chat bool) http.Handler {
 // generate runs one admitted request to the end and writes its response.
 func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter, req *genRequest, arrival time.Time) {
 	leg := req.kv.leg()
-	a := admission{tokens: req.tokens, adapter: req.adapter, out: req.maxTokens}
+	a := admission{tokens: req.tokens, adapter: req.adapter, out: req.maxTokens, want: req.maxTokens}
 	if leg == legPrefill {
 		// The last sampled token's KV is never computed, so a prefill leg of max_tokens 1 holds
 		// exactly its prompt's blocks, the ones its lease names.
@@ -304,19 +304,20 @@ func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter,
 		}
 	}
 
-	if sleepUntil(ctx, tk.prefillEnd) != nil {
+	if e.awaitKV(ctx, tk) != nil { // a CPU-tier load or a transfer, before the steps take it
 		e.abort(w, sse, engineCtx)
 		return
 	}
-	e.prefilled(tk)
+	// The steps compute the request (step.go); each token goes out once they have produced it.
 	out := e.outputTokens(req.tokens, req.adapter, req.maxTokens)
 	var text strings.Builder
 	for i := range out {
-		if i == 0 {
-			e.met.ttft.Observe(time.Since(arrival).Seconds())
-		} else if sleepUntil(ctx, tk.prefillEnd.Add(e.costs.DecodeTime(i))) != nil {
+		if e.awaitToken(ctx, tk, i) != nil {
 			e.abort(w, sse, engineCtx)
 			return
+		}
+		if i == 0 {
+			e.met.ttft.Observe(e.clk.Now().Sub(arrival).Seconds())
 		}
 		piece := e.tok.Decode(out[i : i+1])
 		e.met.outputTokens.Inc()
@@ -336,7 +337,7 @@ func (e *Engine) generate(ctx, engineCtx context.Context, w http.ResponseWriter,
 	}
 	e.log.Debug("request done", "leg", leg, "prompt_tokens", len(req.tokens), "cached_tokens", cached,
 		"pulled_tokens", pr.tokens, "pull", pr.outcome, "leased", kvOut != nil,
-		"output_tokens", len(out), "adapter", req.adapter, "elapsed", time.Since(arrival))
+		"output_tokens", len(out), "adapter", req.adapter, "elapsed", e.clk.Now().Sub(arrival))
 	u := &usage{PromptTokens: len(req.tokens), CompletionTokens: len(out), TotalTokens: len(req.tokens) + len(out)}
 	u.PromptTokensDetails.CachedTokens = cached
 	finish := "length"

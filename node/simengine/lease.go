@@ -40,8 +40,9 @@ func (e *Engine) leaseLocked(tk *ticket, id string) []uint32 {
 		blocks: tk.seq.Blocks()[:prompt], expires: e.now().Add(e.cfg.KVLeaseDuration)}
 	e.leases[id] = l
 	e.running--
+	e.removeSeqLocked(tk)
 	tk.leased = true
-	e.dispatchLocked()
+	e.kickLocked()
 	select { // the expiry loop may be sleeping towards a later deadline
 	case e.leaseKick <- struct{}{}:
 	default:
@@ -56,7 +57,7 @@ func (e *Engine) releaseLeaseLocked(l *lease) {
 	if err := l.seq.Finish(); err != nil {
 		e.log.Error("kv pool finish", "err", err) // unreachable: a lease is released once
 	}
-	e.dispatchLocked() // blocks freed: a queued request may fit now
+	e.kickLocked() // blocks freed: a queued request may fit now
 }
 
 // expireLeasesLocked releases every lease whose time is up and returns the earliest deadline

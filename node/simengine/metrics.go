@@ -12,8 +12,8 @@ type metrics struct {
 	prefillTokens prometheus.Counter
 	outputTokens  prometheus.Counter
 	ttft          prometheus.Histogram
-	// The CPU tier's share of cachedTokens, and the simulated time charged to the prefill lane
-	// for loading it and for prefilling the rest.
+	// The CPU tier's share of cachedTokens, the simulated time charged for loading it, and the
+	// prompt tokens' share of the steps' time (Step.PerPrefillToken a token computed).
 	cpuLoadedTokens prometheus.Counter
 	loadSeconds     prometheus.Counter
 	prefillSeconds  prometheus.Counter
@@ -38,7 +38,7 @@ func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
 		cachedTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cached_tokens_total", Help: "Prompt tokens whose KV blocks were reused from the prefix cache."}),
 		prefillTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "prefill_tokens_total", Help: "Uncached prompt tokens charged to the prefill lane."}),
+			Name: "prefill_tokens_total", Help: "Uncached prompt tokens to prefill, of admitted requests."}),
 		outputTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "output_tokens_total", Help: "Tokens generated."}),
 		cpuLoadedTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -46,7 +46,7 @@ func newMetrics(e *Engine, reg *prometheus.Registry) (*metrics, error) {
 		loadSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "cpu_load_seconds_total", Help: "Simulated time charged for loading KV from the CPU tier."}),
 		prefillSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "prefill_seconds_total", Help: "Simulated time charged for prefilling uncached prompt tokens."}),
+			Name: "prefill_seconds_total", Help: "Simulated time of the engine steps charged to the prompt tokens they computed (the per-token term of the step model)."}),
 		legs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "legs_total", Help: "Admitted generation requests by the leg they served: whole, prefill (do_remote_decode) or decode (do_remote_prefill)."}, []string{"leg"}),
 		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,

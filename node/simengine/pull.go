@@ -10,8 +10,8 @@ import (
 )
 
 // Pulling KV from another engine, after admission: the request has looked its own cache up
-// (GPU prefix, then the CPU tier), holds blocks for the whole prompt and the prefill lane, and
-// now fetches over the side channel what it lacks before the rest is prefilled.
+// (GPU prefix, then the CPU tier), holds blocks for the whole prompt and a slot, and now fetches
+// over the side channel what it lacks before the rest is prefilled; the steps skip it meanwhile.
 //
 //   - A decode leg pulls every prompt token past its local hit from the prefill engine's lease,
 //     as NixlConnector's get_num_new_matched_tokens counts them (len(prompt) −
@@ -28,10 +28,11 @@ import (
 //     (llm-d/llm-d-router pkg/sidecar/proxy/connector_p2p.go; the OffloadingConnector's p2p tier):
 //     they count as cached like a CPU-tier hit, and the rest is prefilled.
 //
-// The transfer is charged at KVTransferTokensPerSec on the prefill lane, before the prefill, as
-// a CPU-tier load is (first order: vLLM loads asynchronously while other requests compute). The
-// pulled blocks are inserted with the rest of the prompt after prefill, so the KV events show
-// them as ordinary GPU stores.
+// The transfer is charged at KVTransferTokensPerSec, after any CPU-tier load and before the
+// prefill, the sequence waiting outside the steps while others compute (vLLM's
+// WAITING_FOR_REMOTE_KVS), as the trace simulator's decode legs wait. The pulled blocks are
+// inserted with the rest of the prompt after prefill, so the KV events show them as ordinary GPU
+// stores.
 
 // Pull kinds and outcomes, as the metrics label them.
 const (
@@ -215,13 +216,14 @@ func (e *Engine) heartbeat(ctx context.Context, rb *remoteBlocks) {
 }
 
 // settleLocked fixes an admitted request's accounting once its pull is known: tokens moved
-// from a peer and the cached_tokens to report, the rest prefilled. e.mu is held.
+// from a peer and the cached_tokens to report, the rest prefilled in the steps once the
+// transfer's time is over. e.mu is held.
 func (e *Engine) settleLocked(tk *ticket, pulled, cached int) {
-	e.pendingPrefill -= tk.uncached
 	tk.cached, tk.pulled = cached, pulled
 	tk.uncached = len(tk.tokens) - cached
-	e.pendingPrefill += tk.uncached
+	e.setPrefillLocked(tk)
 	e.chargeLocked(tk, transferTime(pulled, e.cfg.KVTransferTokensPerSec))
+	e.kickLocked() // without a wait to serve, the steps may take it now
 }
 
 // transferTime is the simulated time to move tokens from a peer.
