@@ -118,8 +118,11 @@ type PrefillPlan struct {
 	// decode node.
 	Prefill int
 	// LocalTTFT and RemoteTTFT are the predictions compared, in seconds (RemoteTTFT +Inf when
-	// there was no prefill candidate).
-	LocalTTFT, RemoteTTFT float64
+	// there was no prefill candidate). LocalStall is what a local prefill adds to the waits of
+	// the requests the decode node holds (its running sequences' steps, its queue), RemoteStall
+	// what the remote one adds to those the prefill node holds, each weighed by
+	// PolicyConfig.DecodeStall and added to its side.
+	LocalTTFT, RemoteTTFT, LocalStall, RemoteStall float64
 	// Transfer is the tokens the decode node must pull (prompt − what it holds).
 	Transfer int
 	// DecodeWait is the decode node's predicted wait left when the prefill leg answers (its
@@ -167,6 +170,8 @@ func PlanPrefill(in *PrefillInput, mode DisaggMode, cfg *PolicyConfig) PrefillPl
 	uncached := max(in.PromptTokens-held, 0)
 	plan.Transfer = uncached
 	plan.LocalTTFT = PredictTTFT(in.Decode, uncached, cfg) + load*in.Decode.TTFT.PrefillScale()/nominalRate(in.Decode, cfg)
+	// What the local prefill costs the decode node's running sequences (PolicyConfig.DecodeStall).
+	plan.LocalStall = cfg.DecodeStall * float64(seqsOn(in.Decode)) * float64(uncached) * in.Decode.TTFT.PrefillScale() / nominalRate(in.Decode, cfg)
 	switch {
 	case mode == DisaggNever:
 		plan.Reason = PrefillLocalNever
@@ -192,12 +197,15 @@ func PlanPrefill(in *PrefillInput, mode DisaggMode, cfg *PolicyConfig) PrefillPl
 		pc, pl := tierCost(p, &m, cfg)
 		need := max(in.PromptTokens-m[0]-pc, 0)
 		pt := PredictTTFT(p, need, cfg) + pl*p.TTFT.PrefillScale()/nominalRate(p, cfg)
-		if t := max(pt, wait) + in.Transfer.Seconds(uncached); t < plan.RemoteTTFT {
-			best, plan.RemoteTTFT = i, t
+		t := max(pt, wait) + in.Transfer.Seconds(uncached)
+		// The prefill delays the requests P holds as a local one delays D's (LocalStall).
+		stall := cfg.DecodeStall * float64(seqsOn(p)) * float64(need) * p.TTFT.PrefillScale() / nominalRate(p, cfg)
+		if best < 0 || t+stall < plan.RemoteTTFT+plan.RemoteStall {
+			best, plan.RemoteTTFT, plan.RemoteStall = i, t, stall
 			plan.DecodeWait = max(wait-pt, 0)
 		}
 	}
-	if mode == DisaggAlways || plan.RemoteTTFT < plan.LocalTTFT {
+	if mode == DisaggAlways || plan.RemoteTTFT+plan.RemoteStall < plan.LocalTTFT+plan.LocalStall {
 		plan.Prefill = best
 		plan.Reason = PrefillRemoteFaster
 		if mode == DisaggAlways {

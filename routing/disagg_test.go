@@ -117,3 +117,29 @@ func TestTransferLearner(t *testing.T) {
 		t.Fatal("Seconds")
 	}
 }
+
+// The decode stall: D idle of prefill but running 32 sequences. Comparing first tokens, its own
+// prefill of 8192 tokens (0.8192 s) beats the remote one (0.8192 s and the transfer); counting
+// the stall it puts into the 32 sequences' steps at weight 1 (32 × 0.8192 s), the remote wins.
+// The prior fit's per-sequence term is 0, so D's TTFT does not move with its sequences.
+func TestPlanPrefillDecodeStall(t *testing.T) {
+	d := NodeInfo{ID: "d", Running: 32}
+	for _, c := range []struct {
+		weight float64
+		wantP  int
+		stall  float64
+	}{{0, -1, 0}, {1, 0, 32 * 0.8192}, {0.01, 0, 0.01 * 32 * 0.8192}} {
+		cfg := DefaultPolicyConfig()
+		cfg.DecodeStall = c.weight
+		in := &PrefillInput{PromptTokens: 8192, BlockSize: 16, Decode: &d, Prefill: []NodeInfo{{ID: "p0"}}}
+		got := PlanPrefill(in, DisaggAuto, &cfg)
+		if got.Prefill != c.wantP || !near(got.LocalStall, c.stall) || !near(got.LocalTTFT, 0.8192) {
+			t.Errorf("weight %v: %+v, want prefill %d, stall %.4f", c.weight, got, c.wantP, c.stall)
+		}
+	}
+	bad := DefaultPolicyConfig()
+	bad.DecodeStall = -1
+	if bad.Validate() == nil {
+		t.Error("a negative DecodeStall validated")
+	}
+}

@@ -58,6 +58,7 @@ type simFlags struct {
 	kvRate                                    float64
 	kvOverhead                                time.Duration
 	peerPull                                  bool
+	decodeStall                               float64
 }
 
 // simConfigJSON is the "config" object of --json: every input that shapes the numbers.
@@ -102,6 +103,7 @@ type simConfigJSON struct {
 	BurstStagger           bool      `json:"burst_stagger"`
 	BurstSpread            bool      `json:"burst_spread"`
 	PeerPull               bool      `json:"peer_pull"`
+	DecodeStall            float64   `json:"decode_stall,omitempty"`
 }
 
 // simReport is the --json document; the unexported fields feed the table.
@@ -142,6 +144,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.llmdNonCached, "llmd-non-cached-tokens", def.LLMDNonCachedTokens, "llm-d's nonCachedTokens for --disaggregate llmd: disaggregate when at least this many prompt tokens are not on the decode node's GPU")
 	fs.Float64Var(&f.kvRate, "kv-transfer-tokens-per-s", def.KVTransferTokensPerSec, "with --prefill-nodes, the rate at which a prompt's KV moves from its prefill node to its decode node (the simulator's ground truth; routers learn it from what they observe)")
 	fs.DurationVar(&f.kvOverhead, "kv-transfer-overhead", def.KVTransferOverhead, "with --prefill-nodes or --peer-pull, the fixed time of each KV transfer")
+	fs.Float64Var(&f.decodeStall, "decode-stall", def.Policy.DecodeStall, "with --prefill-nodes, the weight in prefixmesh's P/D decision of the stall a local prefill puts into the decode node's running sequences (routing.PolicyConfig.DecodeStall; 0: first tokens alone)")
 	fs.BoolVar(&f.peerPull, "peer-pull", def.Policy.PeerPull, "the router may have the chosen node pull the prompt's prefix from a node holding more of it (routing.PolicyConfig.PeerPull), at --kv-transfer-tokens-per-s")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "policies simulated at once (output does not depend on it)")
 	fs.IntVar(&f.systemPrompts, "azure-system-prompts", rdef.SystemPrompts, "Azure: shared system prompts laid over the trace (0: no synthetic prefix structure)")
@@ -212,7 +215,7 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 	cfg.AdmissionSlot = f.slot
 	cfg.TokenBudget, cfg.PrefillNodes, cfg.LLMDNonCachedTokens = f.tokenBudget, f.prefillNodes, f.llmdNonCached
 	cfg.KVTransferTokensPerSec, cfg.KVTransferOverhead = f.kvRate, f.kvOverhead
-	cfg.Policy.PeerPull = f.peerPull
+	cfg.Policy.PeerPull, cfg.Policy.DecodeStall = f.peerPull, f.decodeStall
 	modes, err := parseDisagg(f.disaggregate, f.prefillNodes)
 	if err != nil {
 		return nil, err
@@ -309,7 +312,8 @@ func simulate(ctx context.Context, f simFlags, stderr io.Writer) (*simReport, er
 		MissPenalty: cfg.Policy.MissPenalty, NodeSpeeds: cfg.NodeSpeeds, NoTTFTLearning: cfg.NoTTFTLearning, Policies: policies, Routers: routerCounts, Sharing: sharings,
 		LoadIntervalS: cfg.LoadInterval.Seconds(), ShareDelayS: cfg.ShareDelay.Seconds(), ShareLoss: cfg.ShareLoss,
 		ShareIntervalS: cfg.ShareInterval.Seconds(), ArrivalQuantumS: f.arrivalQuantum.Seconds(),
-		BurstStagger: !f.noStagger, BurstSpread: f.spread, TokenBudget: cfg.TokenBudget, PeerPull: cfg.Policy.PeerPull}
+		BurstStagger: !f.noStagger, BurstSpread: f.spread, TokenBudget: cfg.TokenBudget, PeerPull: cfg.Policy.PeerPull,
+		DecodeStall: cfg.Policy.DecodeStall}
 	if cfg.PrefillNodes > 0 {
 		rep.Config.PrefillNodes, rep.Config.LLMDNonCachedTokens = cfg.PrefillNodes, cfg.LLMDNonCachedTokens
 		rep.Config.KVTransferTokensPerSec, rep.Config.KVTransferOverheadS = cfg.KVTransferTokensPerSec, cfg.KVTransferOverhead.Seconds()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -93,6 +94,10 @@ type ServeConfig struct {
 	// holds it, when that reaches the first token sooner (routing.PolicyConfig.PeerPull): on by
 	// default; a source must gossip where its KV is pulled (the agent's --kv-peer-addr).
 	PeerPull bool
+	// DecodeStall weighs, in the P/D decision, what a prefill costs the other requests on the
+	// node that runs it (routing.PolicyConfig.DecodeStall): 2 by default, 0 compares first tokens
+	// alone.
+	DecodeStall float64
 	// Tokenizer tokenises text prompts: cl100k_base (the simulated engine's), bytes, engine
 	// (ask a node's engine; the front door only) or none (token ids only).
 	Tokenizer string
@@ -211,6 +216,7 @@ func DefaultServeConfig() ServeConfig {
 		TierLoadCost:        routing.FormatTierCosts(routing.DefaultPolicyConfig().TierLoadCost),
 		Disaggregate:        routing.DisaggAuto.String(),
 		PeerPull:            routing.DefaultPolicyConfig().PeerPull,
+		DecodeStall:         routing.DefaultPolicyConfig().DecodeStall,
 		Tokenizer:           tokenizer.CL100kBase,
 		MaxInFlight:         requests.DefaultConfig().MaxInFlight,
 		MaxBodyBufferBytes:  requests.DefaultConfig().MaxBodyBufferBytes,
@@ -337,7 +343,7 @@ func (c ServeConfig) policyConfig() routing.PolicyConfig {
 	pc.MissPenalty = c.MissPenalty
 	pc.MinLoadBound = c.MinLoadBound
 	_ = routing.ParseTierCosts(c.TierLoadCost, &pc.TierLoadCost) // Validate refuses a bad value
-	pc.PeerPull = c.PeerPull
+	pc.PeerPull, pc.DecodeStall = c.PeerPull, c.DecodeStall
 	return pc
 }
 
@@ -367,6 +373,9 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.NodeID == "" || len(c.NodeID) > cluster.MaxNodeIDBytes {
 		return bad("--node-id %q: must be 1 to %d bytes", c.NodeID, cluster.MaxNodeIDBytes)
+	}
+	if !(c.DecodeStall >= 0) || math.IsInf(c.DecodeStall, 1) {
+		return bad("--decode-stall %v: want a finite number >= 0", c.DecodeStall)
 	}
 	if _, err := routing.ParseDisaggMode(c.Disaggregate); err != nil {
 		return bad("--disaggregate %q: want auto, always or never", c.Disaggregate)
@@ -522,6 +531,7 @@ func newServeFlagSet(cfg *ServeConfig, output io.Writer) *flag.FlagSet {
 	fs.Float64Var(&cfg.LoadFactor, "load-factor", cfg.LoadFactor, "bounded-load `factor` c: no node above c × the mean load (>= 1)")
 	fs.Float64Var(&cfg.MissPenalty, "miss-penalty", cfg.MissPenalty, "extra `weight` of uncached prefill tokens in prefixmesh's cost (as in sim)")
 	fs.StringVar(&cfg.Disaggregate, "disaggregate", cfg.Disaggregate, "`when` a request's prefill runs on a prefill node (--role prefill agents): auto (when it reaches the first token sooner), always or never")
+	fs.Float64Var(&cfg.DecodeStall, "decode-stall", cfg.DecodeStall, "`weight`, in the P/D decision, of what a prefill costs the other requests on the node that runs it (their stalled decode steps and queue); 0 compares first tokens alone")
 	fs.BoolVar(&cfg.PeerPull, "peer-pull", cfg.PeerPull, "let a request go to a node that pulls its prefix's KV from a busier peer holding it, when the first token comes sooner (sources: agents with --kv-peer-addr or a simulated engine's side channel)")
 	fs.StringVar(&cfg.TierLoadCost, "tier-load-cost", cfg.TierLoadCost, "each lower tier's `costs` to load a token, as a fraction of prefilling it: the prior before a node's own is learned (cpu=…,disk=…,storage=…,remote=…; 1 or more earns no credit)")
 	fs.IntVar(&cfg.MinLoadBound, "min-load-bound", cfg.MinLoadBound, "floor of the bounded-load guard's per-node capacity, in `requests` (as in sim; 0: the pure guard)")

@@ -39,7 +39,20 @@ func TestPolicyKnobs(t *testing.T) {
 	if got := DefaultServeConfig().policyConfig().TierLoadCost; !near4(got, routing.DefaultPolicyConfig().TierLoadCost) {
 		t.Fatalf("default tier costs %v, want routing's %v", got, routing.DefaultPolicyConfig().TierLoadCost)
 	}
+	// --decode-stall and --peer-pull reach the P/D and peer-pull decisions; their defaults are
+	// routing's.
+	cfg, err = parseServeConfig([]string{"--insecure-gossip", "--decode-stall=0.5", "--peer-pull=false"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc := cfg.policyConfig(); pc.DecodeStall != 0.5 || pc.PeerPull {
+		t.Fatalf("decode stall %v, peer pull %v: want 0.5 and off", pc.DecodeStall, pc.PeerPull)
+	}
+	if pc := DefaultServeConfig().policyConfig(); pc.DecodeStall != want.DecodeStall || pc.PeerPull != want.PeerPull {
+		t.Fatalf("default decode stall %v, peer pull %v: want routing's %v, %v", pc.DecodeStall, pc.PeerPull, want.DecodeStall, want.PeerPull)
+	}
 	for flag, args := range map[string][]string{
+		"--decode-stall":   {"--decode-stall=-1"},
 		"--tier-load-cost": {"--tier-load-cost=gpu=1"},
 		"--miss-penalty":   {"--miss-penalty=-1"},
 		"--min-load-bound": {"--min-load-bound=-1"},
