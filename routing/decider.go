@@ -232,6 +232,8 @@ type Choice struct {
 	orig    []int
 	blocks  []int
 	iblocks []int
+	pulls   []int     // PlanPeerPull's scratch: each candidate's computed GPU run, in blocks then tokens
+	at      time.Time // when Decide decided
 	matched []int
 	lower   []TierTokens // per candidate: what lower tiers add to its GPU match
 	hashes  []uint64
@@ -246,7 +248,7 @@ type Choice struct {
 // is empty and ErrOverloaded when every candidate is at MaxInFlightPerNode or over the policy's
 // load guard.
 func (d *Decider) Decide(req *DecideRequest, nodes []NodeInfo, now time.Time, commit Commit, c *Choice) error {
-	c.Node, c.MatchedTokens, c.Reason, c.Ticket = -1, 0, "", nil
+	c.Node, c.MatchedTokens, c.Reason, c.Ticket, c.at = -1, 0, "", nil, now
 	c.Candidates = c.Candidates[:0]
 	if len(nodes) == 0 {
 		return ErrNoCandidates

@@ -4,7 +4,8 @@ import "time"
 
 // The Decider's side of peer pull (peerpull.go). Decide has already estimated every candidate
 // (index, overlay, lower tiers) and filled its load and learned fits; PlanPeerPull reads those
-// estimates from the Choice, hashes nothing and estimates nothing again, and asks PlanPeerPull
+// estimates from the Choice (the indexed runs, without the overlay's pending prefixes), hashes
+// nothing and estimates nothing again, and asks PlanPeerPull
 // whether the chosen node should fetch a holder's longer run. A committed request that pulls
 // computes only the rest: its ticket counts that much prefill work in flight on its node, and
 // its first token, which waits for the transfer too, teaches the node's TTFT fit nothing (as
@@ -23,14 +24,60 @@ func (d *Decider) PlanPeerPull(req *DecideRequest, nodes []NodeInfo, c *Choice) 
 		return PeerPull{Source: -1, Reason: PeerPullNoHolder} // no decision over these nodes
 	}
 	prompt := len(req.Tokens)
+	// What each engine has computed: its index run and what this router saw it compute, not
+	// the overlay's pending prefixes (a holder sent the run but not done with it has nothing
+	// to serve yet, and a chosen node a sibling request was just sent does not hold it either).
+	// The pending ones only add to Decide's estimates, and the chosen node has computed at least
+	// its index run, so without a candidate estimated past that there is no holder (the common
+	// case, decided without another pass over the overlay).
+	if len(c.iblocks) < k || !someLonger(c.matched[:k], c.Node, c.iblocks[c.Node]*blockSizeOf(&nodes[c.Node])) {
+		return PeerPull{Source: -1, Reason: PeerPullNoHolder}
+	}
+	d.computedRuns(nodes, c)
 	in := PeerPullInput{PromptTokens: prompt, BlockSize: blockSizeOf(&nodes[c.Node]), Nodes: nodes,
-		Chosen: c.Node, GPU: c.matched[:k], Lower: c.lower[:k], Transfer: d.TransferFit()}
+		Chosen: c.Node, GPU: c.pulls[:k], Lower: c.lower[:k], Transfer: d.TransferFit()}
 	out := PlanPeerPull(&in, &d.pcfg)
 	if out.Source < 0 || c.Ticket == nil {
 		return out
 	}
 	d.ticketPulled(c.Ticket, max(prompt-out.MatchedTokens, 0))
 	return out
+}
+
+// someLonger reports whether a candidate other than chosen has an estimated run past own.
+func someLonger(matched []int, chosen, own int) bool {
+	for i, m := range matched {
+		if i != chosen && m > own {
+			return true
+		}
+	}
+	return false
+}
+
+// computedRuns fills c.pulls with each candidate's computed GPU run in tokens: the index's run
+// and the overlay's records past it, without its pending prefixes. A candidate of another block
+// size than the chosen node's keeps its index run alone.
+func (d *Decider) computedRuns(nodes []NodeInfo, c *Choice) {
+	k := len(nodes)
+	c.pulls = grow(c.pulls, k)
+	copy(c.pulls, c.iblocks[:k])
+	if d.overlay != nil {
+		d.overlay.EstimateComputed(c.hashes, c.ids[:k], c.pulls, c.at)
+	}
+	// The chosen node's own decision may be in the overlay by now (a recorded one, CommitRecord):
+	// its run is at most what Decide saw before it.
+	bs := blockSizeOf(&nodes[c.Node])
+	c.pulls[c.Node] = min(c.pulls[c.Node], c.matched[c.Node]/bs)
+	for i := range nodes {
+		switch {
+		case nodes[i].Cold:
+			c.pulls[i] = 0
+		case blockSizeOf(&nodes[i]) != bs:
+			c.pulls[i] = c.iblocks[i] * blockSizeOf(&nodes[i])
+		default:
+			c.pulls[i] *= bs
+		}
+	}
 }
 
 // ticketPulled sets a committed request's prefill work to prefill tokens and stops its first

@@ -165,3 +165,47 @@ func TestAllocsPlanPeerPull(t *testing.T) {
 		t.Errorf("plan %+v: want a pull from node-63, the longest holder", pp)
 	}
 }
+
+// Pending prefixes are not runs to pull or to be pulled over: a sibling sent to the node a
+// first request (still before its first token) went to pulls from the holder too, since that
+// node has not computed the context yet; and a node only sent the context is no source.
+func TestDeciderPlanPeerPullIgnoresPending(t *testing.T) {
+	prompt := seqTokens(8192, 1)
+	d := peerPullDecider(t, DefaultPolicyConfig(), 0, prompt)
+	nodes := []NodeInfo{{ID: "a", Alive: true}, {ID: "b", Alive: true}, {ID: "h", Alive: true, QueuedPrefillTokens: 200000}}
+	now := time.Unix(100, 0)
+	req := &DecideRequest{Tokens: prompt}
+	var first Choice
+	if err := d.Decide(req, nodes, now, CommitBegin, &first); err != nil {
+		t.Fatal(err)
+	}
+	if pp := d.PlanPeerPull(req, nodes, &first); pp.Source != 2 {
+		t.Fatalf("first: %+v, want a pull from h", pp)
+	}
+	// The sibling: the first one's node looks like a holder to Decide (pending), not to the pull.
+	var sib Choice
+	if err := d.Decide(req, nodes, now.Add(time.Millisecond), CommitBegin, &sib); err != nil {
+		t.Fatal(err)
+	}
+	pp := d.PlanPeerPull(req, nodes, &sib)
+	if pp.Source != 2 || pp.Tokens != 8176 {
+		t.Fatalf("sibling on %s: %+v, want 8176 tokens from h (the first one's node has computed nothing)", nodes[sib.Node].ID, pp)
+	}
+	// Without h's summary, the node only sent the context is no source.
+	d2 := peerPullDecider(t, DefaultPolicyConfig(), 0, prompt)
+	d2.index.ReplaceNode("h", 2, 1, nil)
+	var c Choice
+	if err := d2.Decide(req, nodes[:2], now, CommitBegin, &c); err != nil {
+		t.Fatal(err)
+	}
+	var c2 Choice
+	if err := d2.Decide(req, nodes[:2], now, CommitBegin, &c2); err != nil {
+		t.Fatal(err)
+	}
+	if pp := d2.PlanPeerPull(req, nodes[:2], &c2); pp.Source != -1 {
+		t.Fatalf("a pending run was named a source: %+v", pp)
+	}
+	for _, x := range []*Choice{&first, &sib, &c, &c2} {
+		x.Ticket.Done(now, false)
+	}
+}

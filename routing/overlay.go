@@ -143,13 +143,23 @@ func (o *Overlay) recordLocked(node string, hashes []uint64, t int64) {
 // looking blocks up only for nodes whose index run has ended, and does not allocate in steady
 // state.
 func (o *Overlay) Estimate(hashes []uint64, nodes []string, matchedBlocks []int, now time.Time) {
+	o.estimate(hashes, nodes, matchedBlocks, now, true)
+}
+
+// EstimateComputed is Estimate without the pending prefixes: only what requests that reached
+// their first token computed (and peers shared), the runs a node can serve to another now.
+func (o *Overlay) EstimateComputed(hashes []uint64, nodes []string, matchedBlocks []int, now time.Time) {
+	o.estimate(hashes, nodes, matchedBlocks, now, false)
+}
+
+func (o *Overlay) estimate(hashes []uint64, nodes []string, matchedBlocks []int, now time.Time, pending bool) {
 	matchedBlocks = matchedBlocks[:len(nodes)]
 	t := now.UnixNano()
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	var liveIdx [overlayGenerations + 2]*ovBucket
 	nLive := 0
-	if o.pending.pairs > 0 {
+	if pending && o.pending.pairs > 0 {
 		liveIdx[nLive] = &o.pending
 		nLive++
 	}
