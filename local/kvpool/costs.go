@@ -2,18 +2,14 @@ package kvpool
 
 import "time"
 
-// Costs is the simulated engine's cost model, shared by the live simulated engine and the trace
-// simulator so both charge the same time for the same work. Prefill is charged per uncached
-// prompt token (cached tokens cost nothing: their KV is reused) and decode per output token, each
-// at a constant rate; a rate <= 0 makes that phase free. The model ignores batching effects on
-// purpose: it is the first-order cost that prefix routing saves, and it keeps the live engine and
-// the simulator trivially in agreement. The simulated engine emits the first output token when
-// prefill ends (the prefill's forward pass yields it) and token i (0-based) at prefill end +
-// DecodeTime(i); it releases the sequence after the last one.
-//
-// With a CPU tier, tokens loaded from it back into the GPU cost LoadTime, charged on the prefill
-// lane before the uncached remainder is prefilled (a first-order cost: vLLM overlaps the DMA with
-// other requests' compute, which this, like the prefill model, ignores).
+// Costs are the simulated engines' rates, shared by the live simulated engine and the trace
+// simulator: prompt tokens computed per second, output tokens one sequence produces per second
+// alone, and tokens loaded from a CPU tier per second; a rate <= 0 makes that work free. Both
+// engines run in steps whose time comes from these rates (FromCosts, Step): a step that carries
+// prompt chunks beside decoding sequences is longer for all of them, as in vLLM's chunked
+// prefill. PrefillTime, DecodeTime and LoadTime are the first-order times of each kind of work
+// alone (what a prompt costs with nothing beside it, the prior a router starts from). CPU-tier
+// loads run on one host-to-GPU lane per engine, outside the steps.
 type Costs struct {
 	PrefillTokensPerSec float64 // prompt tokens computed per second
 	DecodeTokensPerSec  float64 // output tokens produced per second by one sequence
