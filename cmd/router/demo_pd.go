@@ -116,9 +116,10 @@ func writePDTable(w io.Writer, policy string, nodes int, agg, pd loadgen.Summary
 const pdNote = `cached tokens: what the clients were told, summed; under P/D the prefill leg's cached_tokens, as llm-d's
 sidecar reports it (the decode engine counts the KV it pulled as cached). disaggregated: the requests whose
 prefill ran on a prefill node and whose KV the decode node pulled (prefixmesh_frontdoor_prefill_legs_total{outcome="ok"});
-the others were served whole by a decode node, as --disaggregate auto predicted them sooner there. The simulated
-engines model prefill and the KV transfer, not decode interference, so on a prefill-heavy trace the P/D fleet,
-with half the prefill rate and half the cache for prompts, shows what the split costs, not what it buys.
+the others were served whole by a decode node, as --disaggregate auto judged them cheaper there. The simulated
+engines run in steps, so a prefill slows the decode steps it shares; but this slice is prefill-heavy (long prompts,
+few output tokens): there is little decoding to protect, and the P/D fleet, with half the prefill rate and half
+the cache for prompts, shows what the split costs more than what it buys.
 `
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
