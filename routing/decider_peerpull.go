@@ -28,14 +28,15 @@ func (d *Decider) PlanPeerPull(req *DecideRequest, nodes []NodeInfo, c *Choice) 
 	// the overlay's pending prefixes (a holder sent the run but not done with it has nothing
 	// to serve yet, and a chosen node a sibling request was just sent does not hold it either).
 	// The pending ones only add to Decide's estimates, and the chosen node has computed at least
-	// its index run, so without a candidate estimated past that there is no holder (the common
-	// case, decided without another pass over the overlay).
-	if len(c.iblocks) < k || !someLonger(c.matched[:k], c.Node, c.iblocks[c.Node]*blockSizeOf(&nodes[c.Node])) {
-		return PeerPull{Source: -1, Reason: PeerPullNoHolder}
+	// its index run, so without a candidate estimated past that there is no holder, and Decide's
+	// estimates answer as well (the common case, without another pass over the overlay).
+	gpu := c.matched[:k]
+	if len(c.iblocks) >= k && someLonger(c.matched[:k], c.Node, c.iblocks[c.Node]*blockSizeOf(&nodes[c.Node])) {
+		d.computedRuns(nodes, c)
+		gpu = c.pulls[:k]
 	}
-	d.computedRuns(nodes, c)
 	in := PeerPullInput{PromptTokens: prompt, BlockSize: blockSizeOf(&nodes[c.Node]), Nodes: nodes,
-		Chosen: c.Node, GPU: c.pulls[:k], Lower: c.lower[:k], Transfer: d.TransferFit()}
+		Chosen: c.Node, GPU: gpu, Lower: c.lower[:k], Transfer: d.TransferFit()}
 	out := PlanPeerPull(&in, &d.pcfg)
 	if out.Source < 0 || c.Ticket == nil {
 		return out

@@ -134,3 +134,43 @@ func (s Step) PrefillAlone(tokens int) time.Duration {
 	}
 	return d
 }
+
+// Batch is one step being filled, the scheduling both simulated engines share: the running
+// sequences in admission order, then admissions, as vLLM's scheduler fills a step
+// (vllm/v1/core/sched/scheduler.py: running requests first, then waiting ones), each taking what
+// it needs of the token budget: one token for a decoding sequence, the rest of its prompt up to
+// what is left for a prefilling one.
+type Batch struct {
+	left                     int
+	Prefill, Decode, Context int // the step's prompt tokens, decoding sequences and their KV
+}
+
+// NewBatch starts a step under s's token budget.
+func (s Step) NewBatch() Batch { return Batch{left: s.TokenBudget} }
+
+// Full reports whether the budget is spent.
+func (b *Batch) Full() bool { return b.left <= 0 }
+
+// AddDecode schedules a decoding sequence whose KV holds context tokens: one token of the
+// budget. False when the budget is spent (the sequence waits for the next step).
+func (b *Batch) AddDecode(context int) bool {
+	if b.left <= 0 {
+		return false
+	}
+	b.left--
+	b.Decode++
+	b.Context += max(context, 0)
+	return true
+}
+
+// AddPrefill schedules the next chunk of a prompt with remaining tokens to compute and returns
+// the chunk's tokens: all of them, or what is left of the budget (0 when it is spent).
+func (b *Batch) AddPrefill(remaining int) int {
+	k := min(max(remaining, 0), max(b.left, 0))
+	b.left -= k
+	b.Prefill += k
+	return k
+}
+
+// Time is the step's time under s.
+func (s Step) Time(b *Batch) time.Duration { return s.StepTime(b.Prefill, b.Decode, b.Context) }

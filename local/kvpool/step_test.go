@@ -99,3 +99,27 @@ func TestStepValidate(t *testing.T) {
 		}
 	}
 }
+
+// A step filled as vLLM fills it: budget 10; two decoding sequences take a token each (KV of 100
+// and 50), a prompt with 6 left takes 6, the next prompt gets the 2 left, and nothing more fits.
+// Its time: 2 decode sequences, 8 prompt tokens, 150 tokens of KV.
+func TestBatchFillsTheBudget(t *testing.T) {
+	s := Step{Fixed: time.Millisecond, PerPrefillToken: 0.001, PerDecodeSeq: 0.002, PerContextToken: 0.0001, TokenBudget: 10}
+	b := s.NewBatch()
+	if !b.AddDecode(100) || !b.AddDecode(50) {
+		t.Fatal("decode refused with budget left")
+	}
+	if k := b.AddPrefill(6); k != 6 {
+		t.Fatalf("first chunk %d, want 6", k)
+	}
+	if k := b.AddPrefill(500); k != 2 || !b.Full() {
+		t.Fatalf("second chunk %d (full %v), want the 2 left", k, b.Full())
+	}
+	if b.AddDecode(10) || b.AddPrefill(5) != 0 {
+		t.Fatal("a full step took more")
+	}
+	want := time.Millisecond + time.Duration((8*0.001+2*0.002+150*0.0001)*float64(time.Second))
+	if b.Prefill != 8 || b.Decode != 2 || b.Context != 150 || s.Time(&b) != want {
+		t.Fatalf("batch %+v time %v, want 8 prompt tokens, 2 decodes, 150 KV, %v", b, s.Time(&b), want)
+	}
+}

@@ -110,28 +110,22 @@ func (e *Engine) kickLocked() {
 // startStepLocked fills the next step into e.batch and returns its time and its prefill tokens;
 // not ok when there is nothing to compute. e.mu is held.
 func (e *Engine) startStepLocked() (d time.Duration, prefill int, ok bool) {
-	budget := e.step.TokenBudget
+	b := e.step.NewBatch() // the step's budget, shared with the trace simulator (kvpool.Batch)
 	e.batch = e.batch[:0]
-	decode, context := 0, 0
 	for _, tk := range e.seqs {
-		if budget == 0 {
+		if b.Full() {
 			break
 		}
 		switch {
 		case tk.waitKV || tk.doneLocked():
 		case tk.prefilled:
+			b.AddDecode(tk.context)
 			e.batch = append(e.batch, scheduled{tk: tk, tokens: 1, decode: true})
-			budget--
-			decode++
-			context += tk.context
 		default:
-			k := min(tk.prefill, budget)
-			e.batch = append(e.batch, scheduled{tk: tk, tokens: k})
-			budget -= k
-			prefill += k
+			e.batch = append(e.batch, scheduled{tk: tk, tokens: b.AddPrefill(tk.prefill)})
 		}
 	}
-	for budget > 0 && len(e.queue) > 0 && e.running < e.cfg.MaxConcurrent {
+	for !b.Full() && len(e.queue) > 0 && e.running < e.cfg.MaxConcurrent {
 		w := e.queue[0]
 		tk, err := e.admitLocked(w.admission)
 		if errors.Is(err, kvpool.ErrPoolBusy) {
@@ -148,12 +142,9 @@ func (e *Engine) startStepLocked() (d time.Duration, prefill int, ok bool) {
 		if err != nil || tk.waitKV {
 			continue
 		}
-		k := min(tk.prefill, budget)
-		e.batch = append(e.batch, scheduled{tk: tk, tokens: k})
-		budget -= k
-		prefill += k
+		e.batch = append(e.batch, scheduled{tk: tk, tokens: b.AddPrefill(tk.prefill)})
 	}
-	return e.step.StepTime(prefill, decode, context), prefill, len(e.batch) > 0
+	return e.step.Time(&b), b.Prefill, len(e.batch) > 0
 }
 
 // endStepLocked applies the step that just ended: a token for each decoding sequence, the

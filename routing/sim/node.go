@@ -222,28 +222,22 @@ func (n *node) kick(s *Sim) {
 // startStep fills the next step (running sequences, then admissions) and schedules its end; with
 // nothing to compute the node idles until an arrival or a KV transfer kicks it.
 func (n *node) startStep(s *Sim) {
-	budget := n.step.TokenBudget
+	b := n.step.NewBatch() // the step's budget, shared with the live engine (kvpool.Batch)
 	n.batch = n.batch[:0]
-	prefill, decode, context := 0, 0, 0
 	for _, q := range n.running {
-		if budget == 0 {
+		if b.Full() {
 			break
 		}
 		switch {
 		case q.waitKV:
 		case q.first:
+			b.AddDecode(q.context)
 			n.batch = append(n.batch, scheduled{s: q, tokens: 1, decode: true})
-			budget--
-			decode++
-			context += q.context
 		default:
-			k := min(q.prefill, budget)
-			n.batch = append(n.batch, scheduled{s: q, tokens: k})
-			budget -= k
-			prefill += k
+			n.batch = append(n.batch, scheduled{s: q, tokens: b.AddPrefill(q.prefill)})
 		}
 	}
-	for budget > 0 && len(n.waiting) > 0 && len(n.running) < n.max {
+	for !b.Full() && len(n.waiting) > 0 && len(n.running) < n.max {
 		q, busy := n.admit(s)
 		if busy {
 			break // head-of-line: wait for a finish to free blocks
@@ -251,17 +245,14 @@ func (n *node) startStep(s *Sim) {
 		if q == nil || q.waitKV {
 			continue // rejected, or loading its KV
 		}
-		k := min(q.prefill, budget)
-		n.batch = append(n.batch, scheduled{s: q, tokens: k})
-		budget -= k
-		prefill += k
+		n.batch = append(n.batch, scheduled{s: q, tokens: b.AddPrefill(q.prefill)})
 	}
 	if len(n.batch) == 0 {
 		return
 	}
 	n.stepping = true
-	n.stepDur = n.step.StepTime(prefill, decode, context)
-	n.prefillDone += int64(prefill)
+	n.stepDur = n.step.Time(&b)
+	n.prefillDone += int64(b.Prefill)
 	s.q.schedule(event{at: s.q.now + n.stepDur, kind: evStep, node: n.idx})
 }
 
