@@ -7,7 +7,7 @@
 # how much one run of the Azure traces moves with the synthetic prefixes laid over them,
 # prefixmesh on each as recorded with four other seeds. One JSON file and one table per run in
 # ${OUT:-docs/sim}, named trace_quantum[_variant]; a run whose JSON exists is skipped, so an
-# interrupted regeneration resumes. Takes about 25 minutes on two cores.
+# interrupted regeneration resumes. Takes about half an hour on two cores.
 # Usage: scripts/sim-tables.sh [extra router sim flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
