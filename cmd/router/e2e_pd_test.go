@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,25 +40,13 @@ func TestPDEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 2-node P/D cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	cfg := defaultDemoConfig()
 	cfg.Nodes = 2
 	cfg.Roles = []string{"prefill", "decode"}
 	cfg.Disaggregate = "always"
 	cfg.PrefillPerSec = 400000
 	cfg.DecodePerSec = 4000
-	dir := t.TempDir()
-	logs, err := os.Create(filepath.Join(dir, "daemons.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logs.Close()
-	cl, err := startDemoCluster(ctx, cfg, "prefixmesh", filepath.Join(dir, "cluster"), logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.stop()
+	ctx, cl := startE2ECluster(t, cfg)
 	pre, dec := cl.nodes[0], cl.nodes[1]
 	if pre.role != "prefill" || dec.role != "decode" {
 		t.Fatalf("roles %q, %q", pre.role, dec.role)

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,25 +36,13 @@ func TestTierCreditEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 2-node cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	cfg := defaultDemoConfig()
 	cfg.Nodes = 2
 	cfg.KVBlocks = 48 // 768 tokens: a 512-token prompt plus one filler do not fit together
 	cfg.CPUBlocks = 1024
 	cfg.PrefillPerSec = 400000
 	cfg.DecodePerSec = 4000
-	dir := t.TempDir()
-	logs, err := os.Create(filepath.Join(dir, "daemons.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logs.Close()
-	cl, err := startDemoCluster(ctx, cfg, "prefixmesh", filepath.Join(dir, "cluster"), logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.stop()
+	ctx, cl := startE2ECluster(t, cfg)
 	const bs = 16
 	system := seqIDs(512, 1000)
 	prompt := func(q uint32) []uint32 { return append(append([]uint32(nil), system...), seqIDs(10, q)...) }
