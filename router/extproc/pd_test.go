@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,7 +21,7 @@ import (
 // prefill leg itself.
 func TestPickerNamesPrefiller(t *testing.T) {
 	var mu sync.Mutex
-	var seen []string
+	var seen, sources []string
 	prefill := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		t.Error("the gateway sent the request to the prefill node: the sidecar on the decode node does that")
 		w.WriteHeader(http.StatusInternalServerError)
@@ -28,6 +29,7 @@ func TestPickerNamesPrefiller(t *testing.T) {
 	decode := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, r.Header.Get(HeaderPrefiller))
+		sources = append(sources, r.Header.Get(HeaderKVSource))
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"id":"x","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"length"}]}`))
@@ -38,13 +40,14 @@ func TestPickerNamesPrefiller(t *testing.T) {
 	}{{routing.DisaggAlways, true}, {routing.DisaggNever, false}} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			mu.Lock()
-			seen = nil
+			seen, sources = nil, nil
 			mu.Unlock()
 			r := newRig(t, rigOpts{nodes: 2, engines: map[int]http.Handler{0: prefill, 1: decode},
 				roles: map[int]routing.Role{0: routing.RolePrefill, 1: routing.RoleDecode}, disagg: tc.mode})
 			g, base := r.gateway(fakegw.Config{RequestMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseMode: procv3.ProcessingMode_FULL_DUPLEX_STREAMED})
 			ids := strings.TrimSuffix(strings.Repeat("1000,", 128), ",") // token ids: exact here
-			status, _, body := post(t, base, "/v1/completions", `{"model":"`+simModel+`","prompt":[`+ids+`],"max_tokens":4}`)
+			// The client sends both hints itself: the picker's own replaces or removes them.
+			status, body := postHinted(t, base, `{"model":"`+simModel+`","prompt":[`+ids+`],"max_tokens":4}`)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
 			}
@@ -60,6 +63,9 @@ func TestPickerNamesPrefiller(t *testing.T) {
 			}
 			if len(seen) != 1 || seen[0] != want {
 				t.Fatalf("%s on the decode request: %q, want %q", HeaderPrefiller, seen, want)
+			}
+			if sources[0] != "" {
+				t.Fatalf("the client's %s reached the engine: %q", HeaderKVSource, sources[0])
 			}
 			// The prefill leg's count on the prefill node ends with the request.
 			eventually(t, "in-flight back to zero", func() error {
@@ -115,4 +121,24 @@ func TestPickerNamesKVSource(t *testing.T) {
 	if len(seen) != 1 || seen[0] != "10.9.8.7:5600" {
 		t.Fatalf("%s: %q, want the holder's KV endpoint", HeaderKVSource, seen)
 	}
+}
+
+// postHinted posts a completion through the gateway with the llm-d hints a client should not
+// be able to set.
+func postHinted(t *testing.T, base, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderPrefiller, "169.254.169.254:80")
+	req.Header.Set(HeaderKVSource, "169.254.169.254:80")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

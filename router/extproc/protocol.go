@@ -215,3 +215,24 @@ func errType(status typev3.StatusCode) string {
 	}
 	return "invalid_request_error"
 }
+
+// removeHeaders adds names to the header mutation of resp (a request headers or body answer
+// that sets the destination), for the gateway to remove from the request before it goes
+// upstream; resp is returned.
+func removeHeaders(resp *extprocv3.ProcessingResponse, names []string) *extprocv3.ProcessingResponse {
+	var cr *extprocv3.CommonResponse
+	switch r := resp.Response.(type) {
+	case *extprocv3.ProcessingResponse_RequestHeaders:
+		cr = r.RequestHeaders.GetResponse()
+	case *extprocv3.ProcessingResponse_RequestBody:
+		cr = r.RequestBody.GetResponse()
+	}
+	if cr == nil || len(names) == 0 {
+		return resp
+	}
+	if cr.HeaderMutation == nil {
+		cr.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	cr.HeaderMutation.RemoveHeaders = append(cr.HeaderMutation.RemoveHeaders, names...)
+	return resp
+}

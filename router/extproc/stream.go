@@ -294,22 +294,28 @@ func (st *stream) route(withBody, eos bool) (bool, error) {
 	st.s.met.decideSecs.Observe(time.Since(start).Seconds())
 	// The engine's request carries the picker's span as its parent (nil when not tracing).
 	tp := st.traceHeaders()
-	if pk.Prefill != nil {
-		if e := endpointOf(pk.Prefill.EngineURL); e != "" {
-			tp = append(tp, setHeader(HeaderPrefiller, e))
-		}
-	} else if pk.PeerSource != nil {
+	// The KV hints for llm-d's sidecar: the one this pick names is set, the others a client
+	// may have sent are removed (the sidecar would act on them).
+	var strip []string
+	switch {
+	case pk.Prefill != nil && endpointOf(pk.Prefill.EngineURL) != "":
+		tp = append(tp, setHeader(HeaderPrefiller, endpointOf(pk.Prefill.EngineURL)))
+		strip = []string{HeaderKVSource}
+	case pk.PeerSource != nil:
 		tp = append(tp, setHeader(HeaderKVSource, pk.PeerSource.Addr))
+		strip = []string{HeaderPrefiller}
+	default:
+		strip = []string{HeaderPrefiller, HeaderKVSource}
 	}
 	switch {
 	case !withBody:
-		err = st.send(headersResponse(true, st.dest, -1, tp...))
+		err = st.send(removeHeaders(headersResponse(true, st.dest, -1, tp...), strip))
 	case st.reqMode == procv3.ProcessingMode_FULL_DUPLEX_STREAMED:
-		if err = st.send(headersResponse(true, st.dest, len(body), tp...)); err == nil {
+		if err = st.send(removeHeaders(headersResponse(true, st.dest, len(body), tp...), strip)); err == nil {
 			err = streamedBodyResponses(true, body, eos, st.send)
 		}
 	default:
-		err = st.send(bufferedBodyResponse(st.dest, tp...))
+		err = st.send(removeHeaders(bufferedBodyResponse(st.dest, tp...), strip))
 	}
 	answered := time.Since(start)
 	st.s.met.answerSecs.Observe(answered.Seconds())

@@ -277,6 +277,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) (Decision, error
 		}
 	}
 	for _, hm := range mutations {
+		for _, k := range hm.GetRemoveHeaders() {
+			up.Del(k)
+		}
 		for _, o := range hm.GetSetHeaders() {
 			v := string(o.GetHeader().GetRawValue())
 			if v == "" {
